@@ -1,0 +1,29 @@
+# kstate_cc_library(NAME <module> SRCS ... [DEPS ...] [PRIVATE_DEPS ...])
+#
+# Declares one library per module with the alias kstate::<module>. Public headers live
+# in <module>/include/<module>/ and are included as "<module>/header.h"; everything in
+# PRIVATE_DEPS (RocksDB for storage, librdkafka for ingest) stays behind the module.
+function(kstate_cc_library)
+  cmake_parse_arguments(K "" "NAME" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(kstate_${K_NAME} STATIC ${K_SRCS})
+  add_library(kstate::${K_NAME} ALIAS kstate_${K_NAME})
+  target_include_directories(kstate_${K_NAME}
+    PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  target_link_libraries(kstate_${K_NAME} PUBLIC ${K_DEPS} PRIVATE ${K_PRIVATE_DEPS})
+  target_compile_options(kstate_${K_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+endfunction()
+
+# kstate_cc_test(NAME <name> SRCS ... DEPS ... [LABELS ...])
+# One doctest executable per module, linked only to that module so a layering mistake
+# fails to link.
+function(kstate_cc_test)
+  cmake_parse_arguments(K "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${K_NAME} ${K_SRCS})
+  target_link_libraries(${K_NAME} PRIVATE ${K_DEPS} doctest::doctest)
+  target_compile_options(${K_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  add_test(NAME ${K_NAME} COMMAND ${K_NAME})
+  if(K_LABELS)
+    set_tests_properties(${K_NAME} PROPERTIES LABELS "${K_LABELS}")
+  endif()
+endfunction()

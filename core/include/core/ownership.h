@@ -1,0 +1,58 @@
+#pragma once
+// ownership_registry: which partitions of which topics this instance owns and whether
+// each has caught up, published by ingest and read by query and the server.
+//
+// Thread safety: every member is safe to call from any thread. Writers (the ingest
+// thread) replace per-topic entries under a mutex; readers copy what they need.
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kstate {
+
+struct partition_state {
+  bool assigned = false;
+  // High watermark seen when the partition was assigned: the partition is ready once
+  // its applied position reaches it. -1 while unknown.
+  int64_t catch_up_target = -1;
+  bool ready = false;
+};
+
+struct topic_state {
+  int32_t partition_count = 0;  // 0 until metadata is known
+  std::map<int32_t, partition_state> partitions;  // only partitions ever assigned
+};
+
+class ownership_registry {
+ public:
+  void set_partition_count(const std::string& topic, int32_t count);
+  void assign(const std::string& topic, int32_t partition, int64_t catch_up_target);
+  void revoke(const std::string& topic, int32_t partition);
+  void mark_ready(const std::string& topic, int32_t partition);
+  void revoke_all();
+  // Called on every rebalance callback, even one that assigns nothing: an instance
+  // with no partitions (more instances than partitions) is still ready.
+  void mark_joined();
+
+  std::optional<topic_state> topic(const std::string& topic) const;
+  int32_t partition_count(const std::string& topic) const;
+  // True when the partition is assigned here and has caught up.
+  bool serves(const std::string& topic, int32_t partition) const;
+  // True when every assigned partition of every topic has caught up, and the consumer
+  // has joined its group (mark_joined).
+  bool all_ready() const;
+  // Increments on every assignment change; lets readers notice a rebalance.
+  uint64_t generation() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, topic_state> topics_;
+  bool joined_ = false;
+  uint64_t generation_ = 0;
+};
+
+}  // namespace kstate

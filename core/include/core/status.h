@@ -1,0 +1,76 @@
+#pragma once
+// status and result<T>: how every kstate module reports failure.
+//
+// A small set of codes, each saying what the caller should do. Third-party errors
+// (rocksdb::Status, rd_kafka_resp_err_t) are converted at the module edge. A missing
+// key is not an error: lookups return an empty optional.
+
+#include <cassert>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace kstate {
+
+enum class status_code {
+  ok,
+  invalid_argument,   // the caller's input is wrong: fix it, don't retry
+  not_found,          // a named thing (store, topic) does not exist: don't retry
+  unavailable,        // transient (not caught up, rebalancing): retry later or elsewhere
+  deadline_exceeded,  // ran out of time: retry with a longer deadline
+  resource_exhausted, // over a configured limit: reduce the request
+  io_error,           // storage or network failure: retry may help, alert an operator
+  corruption,         // data on disk is damaged: operator action needed
+  internal,           // a bug: report it
+};
+
+const char* to_string(status_code c) noexcept;
+
+class [[nodiscard]] status {
+ public:
+  status() = default;
+  status(status_code code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static status ok_status() { return {}; }
+
+  bool ok() const noexcept { return code_ == status_code::ok; }
+  status_code code() const noexcept { return code_; }
+  const std::string& message() const noexcept { return message_; }
+  std::string to_string() const;
+
+ private:
+  status_code code_ = status_code::ok;
+  std::string message_;
+};
+
+inline status invalid_argument(std::string m) { return {status_code::invalid_argument, std::move(m)}; }
+inline status not_found_error(std::string m) { return {status_code::not_found, std::move(m)}; }
+inline status unavailable(std::string m) { return {status_code::unavailable, std::move(m)}; }
+inline status io_error(std::string m) { return {status_code::io_error, std::move(m)}; }
+inline status internal_error(std::string m) { return {status_code::internal, std::move(m)}; }
+
+// result<T>: a value or a non-ok status.
+template <typename T>
+class [[nodiscard]] result {
+ public:
+  result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  result(status s) : v_(std::move(s)) { assert(!std::get<status>(v_).ok()); }  // NOLINT
+
+  bool ok() const noexcept { return v_.index() == 0; }
+  explicit operator bool() const noexcept { return ok(); }
+
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  const status& error() const { return std::get<status>(v_); }
+
+ private:
+  std::variant<T, status> v_;
+};
+
+}  // namespace kstate

@@ -1,0 +1,82 @@
+#include "core/ownership.h"
+
+namespace kstate {
+
+void ownership_registry::set_partition_count(const std::string& topic, int32_t count) {
+  std::lock_guard lock(mu_);
+  topics_[topic].partition_count = count;
+}
+
+void ownership_registry::assign(const std::string& topic, int32_t partition, int64_t target) {
+  std::lock_guard lock(mu_);
+  auto& p = topics_[topic].partitions[partition];
+  p.assigned = true;
+  p.catch_up_target = target;
+  p.ready = false;
+  joined_ = true;
+  ++generation_;
+}
+
+void ownership_registry::revoke(const std::string& topic, int32_t partition) {
+  std::lock_guard lock(mu_);
+  auto& p = topics_[topic].partitions[partition];
+  p.assigned = false;
+  p.ready = false;
+  ++generation_;
+}
+
+void ownership_registry::mark_ready(const std::string& topic, int32_t partition) {
+  std::lock_guard lock(mu_);
+  auto& p = topics_[topic].partitions[partition];
+  if (p.assigned) p.ready = true;
+}
+
+void ownership_registry::mark_joined() {
+  std::lock_guard lock(mu_);
+  joined_ = true;
+}
+
+void ownership_registry::revoke_all() {
+  std::lock_guard lock(mu_);
+  for (auto& [name, t] : topics_)
+    for (auto& [id, p] : t.partitions) p = partition_state{};
+  joined_ = false;
+  ++generation_;
+}
+
+std::optional<topic_state> ownership_registry::topic(const std::string& topic) const {
+  std::lock_guard lock(mu_);
+  auto it = topics_.find(topic);
+  if (it == topics_.end()) return std::nullopt;
+  return it->second;
+}
+
+int32_t ownership_registry::partition_count(const std::string& topic) const {
+  std::lock_guard lock(mu_);
+  auto it = topics_.find(topic);
+  return it == topics_.end() ? 0 : it->second.partition_count;
+}
+
+bool ownership_registry::serves(const std::string& topic, int32_t partition) const {
+  std::lock_guard lock(mu_);
+  auto it = topics_.find(topic);
+  if (it == topics_.end()) return false;
+  auto p = it->second.partitions.find(partition);
+  return p != it->second.partitions.end() && p->second.assigned && p->second.ready;
+}
+
+bool ownership_registry::all_ready() const {
+  std::lock_guard lock(mu_);
+  if (!joined_) return false;
+  for (const auto& [name, t] : topics_)
+    for (const auto& [id, p] : t.partitions)
+      if (p.assigned && !p.ready) return false;
+  return true;
+}
+
+uint64_t ownership_registry::generation() const {
+  std::lock_guard lock(mu_);
+  return generation_;
+}
+
+}  // namespace kstate

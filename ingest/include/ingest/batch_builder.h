@@ -1,0 +1,91 @@
+#pragma once
+// batch_builder: turns consumed records into one storage::write_batch holding the
+// state changes of every view reading the record's topic and the positions those
+// changes reach. Pure logic, no Kafka: the engine feeds it records, tests feed it too.
+//
+// Thread safety: none; owned by the ingest thread.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/view.h"
+#include "storage/db.h"
+
+namespace kstate::ingest {
+
+// A consumed record, borrowed from the consumer for the duration of add().
+struct record {
+  std::string_view topic;
+  int32_t partition = 0;
+  int64_t offset = 0;
+  std::optional<std::string_view> key;    // nullopt: null key
+  std::optional<std::string_view> value;  // nullopt: tombstone
+};
+
+// A record a view refused, with the reason; owns copies of its bytes so it can be
+// dead-lettered after the consumer released the message.
+struct rejection {
+  std::string view;
+  std::string dead_letter_topic;
+  std::string topic;
+  int32_t partition;
+  int64_t offset;
+  std::optional<std::string> key;
+  std::optional<std::string> value;
+  std::string reason;
+};
+
+// Validates a record against a view's formats. Empty string: valid; otherwise the
+// reason it is rejected.
+std::string validate(const view_def& view, const record& r);
+
+class batch_builder {
+ public:
+  // `views` must outlive the builder; every view must exist in `db`.
+  batch_builder(storage::db& db, const std::vector<view_def>& views);
+
+  // Sets where each view stands on a partition (loaded from storage on assignment);
+  // records below it are already reflected and are skipped for that view.
+  void set_view_position(std::string_view topic, int32_t partition, const std::string& view, int64_t next_offset);
+  // Forgets the positions of a revoked partition.
+  void forget_partition(std::string_view topic, int32_t partition);
+  // Where the slowest view of the topic stands, or nullopt when any view has no position.
+  std::optional<int64_t> resume_offset(std::string_view topic, int32_t partition) const;
+
+  // Applies the record to every view of its topic (or records a rejection).
+  void add(const record& r);
+
+  size_t pending_records() const { return pending_; }
+  storage::write_batch& batch() { return batch_; }
+  const std::vector<rejection>& rejections() const { return rejections_; }
+  // Partitions touched since the last reset, with the next offset they reach.
+  const std::map<std::pair<std::string, int32_t>, int64_t>& touched() const { return touched_; }
+  // Counts per (topic, partition) since the last reset.
+  struct counts { uint64_t records = 0, bytes = 0, applied = 0, invalid = 0; };
+  const std::map<std::pair<std::string, int32_t>, counts>& partition_counts() const { return counts_; }
+
+  // Starts a new batch (after the current one was written).
+  void reset();
+
+ private:
+  struct view_slot {
+    const view_def* def;
+    storage::view_id id;
+  };
+  storage::db& db_;
+  std::map<std::string, std::vector<view_slot>, std::less<>> by_topic_;
+  // (view id, topic, partition) -> next offset the view reflects
+  std::map<std::tuple<storage::view_id, std::string, int32_t>, int64_t, std::less<>> view_pos_;
+  storage::write_batch batch_;
+  std::vector<rejection> rejections_;
+  std::map<std::pair<std::string, int32_t>, int64_t> touched_;
+  std::map<std::pair<std::string, int32_t>, counts> counts_;
+  size_t pending_ = 0;
+};
+
+}  // namespace kstate::ingest

@@ -1,0 +1,85 @@
+#pragma once
+// ingest::engine: the consumer loop that keeps every view current.
+//
+// One librdkafka consumer in the group `application_id` (cooperative-sticky assignor)
+// subscribed to every view's source topic. Records are applied in batches: one RocksDB
+// write per batch holding the state changes and each touched partition's next offset.
+// On assignment a partition resumes from the offset stored in RocksDB (from the
+// beginning when none); offsets committed to the group are for monitoring only. On
+// revocation the pending batch is written before the partitions are released.
+//
+// Threading: start() spawns one ingest thread that owns the consumer, the dead-letter
+// producer and the batch; stop() joins it. Stats are atomics, readable from any thread.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ownership.h"
+#include "core/status.h"
+#include "core/view.h"
+#include "storage/db.h"
+
+namespace prometheus { class Registry; }
+
+namespace kstate::ingest {
+
+struct ingest_config {
+  // Kafka bootstrap servers, e.g. "127.0.0.1:9092".
+  std::string bootstrap_servers;
+  // Consumer group id and prefix of topics kstate creates.
+  std::string application_id;
+  // client.id reported to the brokers. Default "kstate".
+  std::string client_id = "kstate";
+  // Extra librdkafka properties, passed verbatim to the consumer and producer.
+  std::map<std::string, std::string> kafka;
+  // Most records applied in one RocksDB write. Default 10,000.
+  int max_batch_records = 10'000;
+  // Longest a consumed record waits before its batch is written. Default 50 ms.
+  std::chrono::milliseconds max_batch_delay{50};
+  // How often positions are committed to the group for monitoring. Default 1 s.
+  std::chrono::milliseconds commit_interval{1'000};
+  // How long start() waits for topic metadata and dead-letter topics. Default 30 s.
+  std::chrono::milliseconds startup_timeout{30'000};
+};
+
+struct ingest_stats {
+  std::atomic<uint64_t> consumed{0};       // records received from Kafka
+  std::atomic<uint64_t> applied{0};        // record x view applications written
+  std::atomic<uint64_t> invalid{0};        // records a view rejected
+  std::atomic<uint64_t> dead_lettered{0};  // rejections delivered to a dead-letter topic
+  std::atomic<uint64_t> batches{0};        // RocksDB writes
+  std::atomic<uint64_t> rebalances{0};     // assignment changes
+};
+
+class engine {
+ public:
+  // All references must outlive the engine. `metrics` may be null.
+  engine(ingest_config cfg, std::vector<view_def> views, storage::db& db,
+         ownership_registry& ownership, prometheus::Registry* metrics);
+  ~engine();
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  // Creates the consumer (and the dead-letter producer if any view has one), checks
+  // that the source and dead-letter topics exist, subscribes and starts the thread.
+  // Errors name the bad property or missing topic.
+  status start();
+  // Writes the pending batch, commits positions to the group, leaves the group and
+  // joins the thread. Idempotent.
+  void stop();
+
+  const ingest_stats& stats() const;
+  // Fatal error that stopped the loop (empty while healthy).
+  std::string fatal_error() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kstate::ingest

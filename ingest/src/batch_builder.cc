@@ -1,0 +1,114 @@
+#include "ingest/batch_builder.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/utf8.h"
+#include "core/value_codec.h"
+
+namespace kstate::ingest {
+
+std::string validate(const view_def& view, const record& r) {
+  if (!r.key) return "null key: a table needs a key";
+  switch (view.key_format) {
+    case data_format::string:
+      if (!valid_utf8(*r.key)) return "key is not valid UTF-8 (key_format string)";
+      break;
+    case data_format::json:
+      if (!nlohmann::json::accept(r.key->begin(), r.key->end())) return "key is not valid JSON (key_format json)";
+      break;
+    case data_format::bytes:
+      break;
+  }
+  if (!r.value) return {};  // tombstone: valid for every format
+  switch (view.value_format) {
+    case data_format::string:
+      if (!valid_utf8(*r.value)) return "value is not valid UTF-8 (value_format string)";
+      break;
+    case data_format::json:
+      if (!nlohmann::json::accept(r.value->begin(), r.value->end())) return "value is not valid JSON (value_format json)";
+      break;
+    case data_format::bytes:
+      break;
+  }
+  return {};
+}
+
+batch_builder::batch_builder(storage::db& db, const std::vector<view_def>& views)
+    : db_(db), batch_(db.new_batch()) {
+  for (const auto& v : views) {
+    auto id = db.find_view(v.name);
+    if (!id) throw std::invalid_argument("view '" + v.name + "' has no column family");
+    by_topic_[v.topic].push_back(view_slot{&v, *id});
+  }
+}
+
+void batch_builder::set_view_position(std::string_view topic, int32_t partition, const std::string& view,
+                                      int64_t next_offset) {
+  auto id = db_.find_view(view);
+  if (!id) return;
+  view_pos_[{*id, std::string(topic), partition}] = next_offset;
+}
+
+void batch_builder::forget_partition(std::string_view topic, int32_t partition) {
+  auto it = by_topic_.find(topic);
+  if (it == by_topic_.end()) return;
+  for (const auto& slot : it->second) view_pos_.erase({slot.id, std::string(topic), partition});
+}
+
+std::optional<int64_t> batch_builder::resume_offset(std::string_view topic, int32_t partition) const {
+  auto it = by_topic_.find(topic);
+  if (it == by_topic_.end()) return std::nullopt;
+  std::optional<int64_t> lowest;
+  for (const auto& slot : it->second) {
+    auto p = view_pos_.find(std::make_tuple(slot.id, std::string(topic), partition));
+    if (p == view_pos_.end()) return std::nullopt;
+    if (!lowest || p->second < *lowest) lowest = p->second;
+  }
+  return lowest;
+}
+
+void batch_builder::add(const record& r) {
+  auto it = by_topic_.find(r.topic);
+  std::pair<std::string, int32_t> tp{std::string(r.topic), r.partition};
+  auto& c = counts_[tp];
+  ++c.records;
+  c.bytes += (r.key ? r.key->size() : 0) + (r.value ? r.value->size() : 0);
+  ++pending_;
+  if (it == by_topic_.end()) return;
+
+  for (const auto& slot : it->second) {
+    auto& pos = view_pos_[std::make_tuple(slot.id, tp.first, r.partition)];
+    // A view that already reflects this offset (e.g. added to a topic other views read)
+    // must not apply it twice.
+    if (r.offset < pos) continue;
+    auto reason = validate(*slot.def, r);
+    if (!reason.empty()) {
+      ++c.invalid;
+      rejections_.push_back(rejection{
+          slot.def->name, slot.def->dead_letter_topic, tp.first, r.partition, r.offset,
+          r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
+          r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt, std::move(reason)});
+    } else if (r.value) {
+      batch_.put(slot.id, r.partition, *r.key, frame_value(r.offset, *r.value));
+      ++c.applied;
+    } else {
+      batch_.del(slot.id, r.partition, *r.key);
+      ++c.applied;
+    }
+    // The position advances past rejected records too: they are handled (counted,
+    // dead-lettered) and must not be read again.
+    pos = r.offset + 1;
+    batch_.set_position(slot.id, r.partition, pos);
+  }
+  touched_[tp] = r.offset + 1;
+}
+
+void batch_builder::reset() {
+  batch_.clear();
+  rejections_.clear();
+  touched_.clear();
+  counts_.clear();
+  pending_ = 0;
+}
+
+}  // namespace kstate::ingest

@@ -1,0 +1,457 @@
+#include "ingest/engine.h"
+
+#include <librdkafka/rdkafka.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "ingest/batch_builder.h"
+
+namespace kstate::ingest {
+namespace {
+
+std::shared_ptr<spdlog::logger> log() {
+  static auto l = [] {
+    auto existing = spdlog::get("ingest");
+    if (existing) return existing;
+    auto created = spdlog::default_logger()->clone("ingest");
+    spdlog::register_logger(created);
+    return created;
+  }();
+  return l;
+}
+
+// librdkafka's logs, routed into the ingest logger with matching levels.
+void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
+  auto lvl = level <= 3 ? spdlog::level::err : level == 4 ? spdlog::level::warn
+           : level <= 6 ? spdlog::level::info : spdlog::level::debug;
+  log()->log(lvl, "librdkafka {}: {}", fac, buf);
+}
+
+struct conf_deleter { void operator()(rd_kafka_conf_t* c) const { rd_kafka_conf_destroy(c); } };
+using conf_ptr = std::unique_ptr<rd_kafka_conf_t, conf_deleter>;
+struct tpl_deleter { void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); } };
+using tpl_ptr = std::unique_ptr<rd_kafka_topic_partition_list_t, tpl_deleter>;
+
+status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v) {
+  char err[512];
+  if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
+    return invalid_argument("kafka property '" + k + "': " + err);
+  return status::ok_status();
+}
+
+}  // namespace
+
+struct engine::impl {
+  ingest_config cfg;
+  std::vector<view_def> views;
+  storage::db& db;
+  ownership_registry& ownership;
+  ingest_stats stats;
+
+  rd_kafka_t* consumer = nullptr;
+  rd_kafka_t* dlq_producer = nullptr;
+  std::unique_ptr<batch_builder> builder;
+  std::thread thread;
+  std::atomic<bool> running{false};
+  std::atomic<bool> stopped{false};
+  mutable std::mutex fatal_mu;
+  std::string fatal;
+  std::set<std::string> topics;
+  std::chrono::steady_clock::time_point first_pending{};
+  std::chrono::steady_clock::time_point last_commit{};
+  // Next offset applied per owned partition: what is committed to the group.
+  std::map<std::pair<std::string, int32_t>, int64_t> applied;
+  std::atomic<uint64_t> dlq_failures{0};
+
+  // Metrics (owned by the registry; null when no registry was given).
+  prometheus::Family<prometheus::Counter>* m_consumed = nullptr;
+  prometheus::Family<prometheus::Counter>* m_consumed_bytes = nullptr;
+  prometheus::Family<prometheus::Counter>* m_invalid = nullptr;
+  prometheus::Family<prometheus::Counter>* m_dead_lettered = nullptr;
+  prometheus::Family<prometheus::Counter>* m_rebalances = nullptr;
+
+  impl(ingest_config c, std::vector<view_def> v, storage::db& d, ownership_registry& o)
+      : cfg(std::move(c)), views(std::move(v)), db(d), ownership(o) {}
+
+  ~impl() {
+    if (consumer) rd_kafka_destroy(consumer);
+    if (dlq_producer) rd_kafka_destroy(dlq_producer);
+  }
+
+  void set_fatal(std::string msg) {
+    log()->critical("{}", msg);
+    std::lock_guard lock(fatal_mu);
+    fatal = std::move(msg);
+    running = false;
+  }
+
+  status common_conf(rd_kafka_conf_t* conf) {
+    for (const auto& [k, v] : cfg.kafka) {
+      auto s = set_prop(conf, k, v);
+      if (!s.ok()) return s;
+    }
+    if (auto s = set_prop(conf, "bootstrap.servers", cfg.bootstrap_servers); !s.ok()) return s;
+    if (auto s = set_prop(conf, "client.id", cfg.client_id); !s.ok()) return s;
+    rd_kafka_conf_set_log_cb(conf, rdkafka_log);
+    return status::ok_status();
+  }
+
+  status create_consumer() {
+    conf_ptr conf(rd_kafka_conf_new());
+    if (auto s = common_conf(conf.get()); !s.ok()) return s;
+    const std::pair<const char*, std::string> fixed[] = {
+        {"group.id", cfg.application_id},
+        {"partition.assignment.strategy", "cooperative-sticky"},
+        // Positions live in RocksDB with the state; group commits are informational.
+        {"enable.auto.commit", "false"},
+        {"enable.auto.offset.store", "false"},
+        {"auto.offset.reset", "earliest"},
+        {"enable.partition.eof", "true"},
+        {"isolation.level", "read_committed"},
+    };
+    for (const auto& [k, v] : fixed)
+      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
+    rd_kafka_conf_set_opaque(conf.get(), this);
+    rd_kafka_conf_set_rebalance_cb(conf.get(), [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                                                  rd_kafka_topic_partition_list_t* parts, void* opaque) {
+      static_cast<impl*>(opaque)->on_rebalance(rk, err, parts);
+    });
+    char err[512];
+    consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf.release(), err, sizeof err);
+    if (!consumer) return invalid_argument(std::string("creating consumer: ") + err);
+    rd_kafka_poll_set_consumer(consumer);
+    return status::ok_status();
+  }
+
+  status create_dlq_producer() {
+    conf_ptr conf(rd_kafka_conf_new());
+    if (auto s = common_conf(conf.get()); !s.ok()) return s;
+    // Idempotent: retries inside librdkafka never duplicate a dead letter.
+    if (auto s = set_prop(conf.get(), "enable.idempotence", "true"); !s.ok()) return s;
+    if (auto s = set_prop(conf.get(), "linger.ms", "5"); !s.ok()) return s;
+    rd_kafka_conf_set_opaque(conf.get(), this);
+    rd_kafka_conf_set_dr_msg_cb(conf.get(), [](rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+      auto* self = static_cast<impl*>(opaque);
+      if (m->err) {
+        ++self->dlq_failures;
+        log()->error("dead-letter delivery to {} failed: {}", rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err));
+      }
+    });
+    char err[512];
+    dlq_producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf.release(), err, sizeof err);
+    if (!dlq_producer) return invalid_argument(std::string("creating dead-letter producer: ") + err);
+    return status::ok_status();
+  }
+
+  // Partition counts of `names`; error naming the first topic that does not exist.
+  status load_partition_counts(const std::set<std::string>& names, rd_kafka_t* rk) {
+    const rd_kafka_metadata_t* md = nullptr;
+    auto deadline = std::chrono::steady_clock::now() + cfg.startup_timeout;
+    rd_kafka_resp_err_t err;
+    while ((err = rd_kafka_metadata(rk, 1, nullptr, &md, 5000)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      if (std::chrono::steady_clock::now() > deadline)
+        return unavailable(std::string("cannot reach Kafka at ") + cfg.bootstrap_servers + ": " + rd_kafka_err2str(err));
+      log()->warn("metadata request failed ({}), retrying", rd_kafka_err2str(err));
+    }
+    std::map<std::string, int32_t> counts;
+    for (int i = 0; i < md->topic_cnt; ++i)
+      if (md->topics[i].err == RD_KAFKA_RESP_ERR_NO_ERROR) counts[md->topics[i].topic] = md->topics[i].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    for (const auto& t : names) {
+      auto it = counts.find(t);
+      if (it == counts.end()) return not_found_error("topic '" + t + "' does not exist");
+      ownership.set_partition_count(t, it->second);
+    }
+    return status::ok_status();
+  }
+
+  void on_rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* parts) {
+    ++stats.rebalances;
+    if (m_rebalances) m_rebalances->Add({{"consumergroup", cfg.application_id}}).Increment();
+    ownership.mark_joined();
+    bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+      for (int i = 0; i < parts->cnt; ++i) {
+        auto& p = parts->elems[i];
+        std::string topic = p.topic;
+        std::optional<int64_t> resume;
+        bool every_view_known = true;
+        for (const auto& v : views) {
+          if (v.topic != topic) continue;
+          auto id = db.find_view(v.name);
+          auto stored = db.stored_position(*id, p.partition);
+          if (!stored.ok()) {
+            set_fatal("reading stored position of " + v.name + "/" + std::to_string(p.partition) + ": " +
+                      stored.error().to_string());
+            return;
+          }
+          if (stored.value()) {
+            builder->set_view_position(topic, p.partition, v.name, *stored.value());
+          } else {
+            every_view_known = false;
+          }
+        }
+        resume = every_view_known ? builder->resume_offset(topic, p.partition) : std::nullopt;
+        p.offset = resume ? *resume : RD_KAFKA_OFFSET_BEGINNING;
+        int64_t low = 0, high = -1;
+        auto werr = rd_kafka_query_watermark_offsets(rk, topic.c_str(), p.partition, &low, &high, 5000);
+        if (werr) log()->warn("watermarks of {}-{}: {}", topic, p.partition, rd_kafka_err2str(werr));
+        ownership.assign(topic, p.partition, high);
+        int64_t at = resume.value_or(0);
+        applied[{topic, p.partition}] = at;
+        if (high >= 0 && (at >= high || high == low)) ownership.mark_ready(topic, p.partition);
+        log()->info("assigned {}-{}: resuming at {}, catching up to {}", topic, p.partition,
+                    resume ? std::to_string(*resume) : std::string("beginning"), high);
+      }
+      rd_kafka_error_t* e = nullptr;
+      rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
+      if (cooperative) e = rd_kafka_incremental_assign(rk, parts);
+      else aerr = rd_kafka_assign(rk, parts);
+      if (e) { set_fatal(std::string("incremental assign: ") + rd_kafka_error_string(e)); rd_kafka_error_destroy(e); }
+      if (aerr) set_fatal(std::string("assign: ") + rd_kafka_err2str(aerr));
+    } else {
+      // Write what was consumed for these partitions before releasing them, so the
+      // next owner (or this instance later) resumes exactly after it.
+      if (!flush()) return;
+      commit_positions(false);
+      for (int i = 0; i < parts->cnt; ++i) {
+        auto& p = parts->elems[i];
+        ownership.revoke(p.topic, p.partition);
+        builder->forget_partition(p.topic, p.partition);
+        applied.erase({p.topic, p.partition});
+        log()->info("revoked {}-{}", p.topic, p.partition);
+      }
+      rd_kafka_error_t* e = nullptr;
+      rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
+      if (cooperative) e = rd_kafka_incremental_unassign(rk, parts);
+      else aerr = rd_kafka_assign(rk, nullptr);
+      if (e) { set_fatal(std::string("incremental unassign: ") + rd_kafka_error_string(e)); rd_kafka_error_destroy(e); }
+      if (aerr) set_fatal(std::string("unassign: ") + rd_kafka_err2str(aerr));
+    }
+  }
+
+  // Sends the batch's rejections to their dead-letter topics and waits until Kafka has
+  // acknowledged every one: a batch's position never passes an undelivered dead letter.
+  bool deliver_dead_letters() {
+    const auto& rejected = builder->rejections();
+    uint64_t sent = 0;
+    for (const auto& r : rejected) {
+      log()->warn("invalid record {}-{}@{} in view {}: {}", r.topic, r.partition, r.offset, r.view, r.reason);
+      if (r.dead_letter_topic.empty() || !dlq_producer) continue;
+      auto part = std::to_string(r.partition), off = std::to_string(r.offset);
+      const char* key = r.key ? r.key->data() : nullptr;
+      size_t key_len = r.key ? r.key->size() : 0;
+      char* value = r.value ? const_cast<char*>(r.value->data()) : nullptr;
+      size_t value_len = r.value ? r.value->size() : 0;
+      for (;;) {
+        auto err = rd_kafka_producev(
+            dlq_producer, RD_KAFKA_V_TOPIC(r.dead_letter_topic.c_str()),
+            RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE(value, value_len),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_HEADER("kstate.reason", r.reason.data(), static_cast<ssize_t>(r.reason.size())),
+            RD_KAFKA_V_HEADER("kstate.view", r.view.data(), static_cast<ssize_t>(r.view.size())),
+            RD_KAFKA_V_HEADER("kstate.topic", r.topic.data(), static_cast<ssize_t>(r.topic.size())),
+            RD_KAFKA_V_HEADER("kstate.partition", part.data(), static_cast<ssize_t>(part.size())),
+            RD_KAFKA_V_HEADER("kstate.offset", off.data(), static_cast<ssize_t>(off.size())),
+            RD_KAFKA_V_END);
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) { rd_kafka_poll(dlq_producer, 100); continue; }
+        if (err) { log()->error("dead-letter produce: {}", rd_kafka_err2str(err)); return false; }
+        break;
+      }
+      ++sent;
+    }
+    if (sent == 0) return true;
+    uint64_t failures_before = dlq_failures.load();
+    for (int attempt = 0; running || attempt == 0; ++attempt) {
+      if (rd_kafka_flush(dlq_producer, 10'000) == RD_KAFKA_RESP_ERR_NO_ERROR) break;
+      log()->warn("waiting for dead-letter deliveries");
+    }
+    if (dlq_failures.load() != failures_before) return false;
+    stats.dead_lettered += sent;
+    if (m_dead_lettered)
+      for (const auto& r : rejected)
+        if (!r.dead_letter_topic.empty())
+          m_dead_lettered->Add({{"store", r.view}, {"topic", r.topic}, {"partition", std::to_string(r.partition)}}).Increment();
+    return true;
+  }
+
+  // Writes the pending batch. False on a fatal error (the loop stops).
+  bool flush() {
+    if (builder->pending_records() == 0) return true;
+    if (!deliver_dead_letters()) {
+      set_fatal("dead letters could not be delivered; stopping rather than losing them");
+      return false;
+    }
+    if (!builder->batch().empty()) {
+      auto s = db.write(builder->batch());
+      if (!s.ok()) {
+        set_fatal("RocksDB write failed: " + s.to_string());
+        return false;
+      }
+      ++stats.batches;
+    }
+    for (const auto& [tp, c] : builder->partition_counts()) {
+      stats.applied += c.applied;
+      stats.invalid += c.invalid;
+      if (m_consumed) {
+        prometheus::Labels l{{"topic", tp.first}, {"partition", std::to_string(tp.second)}};
+        m_consumed->Add(l).Increment(static_cast<double>(c.records));
+        m_consumed_bytes->Add(l).Increment(static_cast<double>(c.bytes));
+        if (c.invalid) m_invalid->Add(l).Increment(static_cast<double>(c.invalid));
+      }
+    }
+    for (const auto& [tp, next] : builder->touched()) {
+      applied[tp] = next;
+      check_ready(tp.first, tp.second, next);
+    }
+    builder->reset();
+    return true;
+  }
+
+  void check_ready(const std::string& topic, int32_t partition, int64_t next) {
+    auto t = ownership.topic(topic);
+    if (!t) return;
+    auto it = t->partitions.find(partition);
+    if (it == t->partitions.end() || it->second.ready || !it->second.assigned) return;
+    if (it->second.catch_up_target >= 0 && next >= it->second.catch_up_target) {
+      ownership.mark_ready(topic, partition);
+      log()->info("{}-{} caught up at {}", topic, partition, next);
+    }
+  }
+
+  void commit_positions(bool sync) {
+    if (applied.empty()) return;
+    tpl_ptr list(rd_kafka_topic_partition_list_new(static_cast<int>(applied.size())));
+    for (const auto& [tp, next] : applied)
+      if (next > 0) rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+    if (list->cnt == 0) return;
+    auto err = rd_kafka_commit(consumer, list.get(), sync ? 0 : 1);
+    if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+      log()->debug("committing positions to the group (informational): {}", rd_kafka_err2str(err));
+    last_commit = std::chrono::steady_clock::now();
+  }
+
+  void run() {
+    using clock = std::chrono::steady_clock;
+    while (running) {
+      bool pending = builder->pending_records() > 0;
+      auto timeout = pending ? 0 : 100;
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, timeout);
+      if (m) {
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+          std::string topic = rd_kafka_topic_name(m->rkt);
+          int32_t part = m->partition;
+          int64_t eof = m->offset;
+          rd_kafka_message_destroy(m);
+          // Everything up to the end was consumed; once written, the partition is current.
+          if (!flush()) break;
+          check_ready(topic, part, eof);
+          continue;
+        }
+        if (m->err) {
+          log()->warn("consumer: {}", rd_kafka_message_errstr(m));
+          bool fatal_err = m->err == RD_KAFKA_RESP_ERR__FATAL;
+          rd_kafka_message_destroy(m);
+          if (fatal_err) { set_fatal("fatal consumer error"); break; }
+          continue;
+        }
+        ++stats.consumed;
+        if (builder->pending_records() == 0) first_pending = clock::now();
+        record r;
+        r.topic = rd_kafka_topic_name(m->rkt);
+        r.partition = m->partition;
+        r.offset = m->offset;
+        if (m->key) r.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
+        if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
+        builder->add(r);
+        rd_kafka_message_destroy(m);
+      }
+      pending = builder->pending_records() > 0;
+      if (pending && (!m || builder->pending_records() >= static_cast<size_t>(cfg.max_batch_records) ||
+                      clock::now() - first_pending >= cfg.max_batch_delay)) {
+        if (!flush()) break;
+      }
+      if (clock::now() - last_commit >= cfg.commit_interval) commit_positions(false);
+      if (dlq_producer) rd_kafka_poll(dlq_producer, 0);
+    }
+  }
+};
+
+engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, ownership_registry& ownership,
+               prometheus::Registry* metrics)
+    : impl_(std::make_unique<impl>(std::move(cfg), std::move(views), db, ownership)) {
+  if (metrics) {
+    impl_->m_consumed = &prometheus::BuildCounter().Name("kstate_ingest_records_consumed_total")
+                             .Help("Records consumed from source topics").Register(*metrics);
+    impl_->m_consumed_bytes = &prometheus::BuildCounter().Name("kstate_ingest_bytes_consumed_total")
+                                   .Help("Key and value bytes consumed from source topics").Register(*metrics);
+    impl_->m_invalid = &prometheus::BuildCounter().Name("kstate_ingest_records_invalid_total")
+                            .Help("Records rejected by a view (malformed)").Register(*metrics);
+    impl_->m_dead_lettered = &prometheus::BuildCounter().Name("kstate_ingest_records_dead_lettered_total")
+                                  .Help("Rejected records delivered to a dead-letter topic").Register(*metrics);
+    impl_->m_rebalances = &prometheus::BuildCounter().Name("kstate_ingest_rebalances_total")
+                               .Help("Assignment changes of this instance").Register(*metrics);
+  }
+}
+
+engine::~engine() { stop(); }
+
+status engine::start() {
+  auto& i = *impl_;
+  i.builder = std::make_unique<batch_builder>(i.db, i.views);
+  std::set<std::string> dlq_topics;
+  for (const auto& v : i.views) {
+    i.topics.insert(v.topic);
+    if (!v.dead_letter_topic.empty()) dlq_topics.insert(v.dead_letter_topic);
+  }
+  if (auto s = i.create_consumer(); !s.ok()) return s;
+  if (!dlq_topics.empty())
+    if (auto s = i.create_dlq_producer(); !s.ok()) return s;
+  if (auto s = i.load_partition_counts(i.topics, i.consumer); !s.ok()) return s;
+  if (!dlq_topics.empty()) {
+    if (auto s = i.load_partition_counts(dlq_topics, i.dlq_producer); !s.ok())
+      return not_found_error("dead-letter " + s.message());
+  }
+  tpl_ptr subs(rd_kafka_topic_partition_list_new(static_cast<int>(i.topics.size())));
+  for (const auto& t : i.topics) rd_kafka_topic_partition_list_add(subs.get(), t.c_str(), RD_KAFKA_PARTITION_UA);
+  if (auto err = rd_kafka_subscribe(i.consumer, subs.get()))
+    return invalid_argument(std::string("subscribe: ") + rd_kafka_err2str(err));
+  i.running = true;
+  i.last_commit = std::chrono::steady_clock::now();
+  i.thread = std::thread([&i] { i.run(); });
+  log()->info("consuming {} topic(s) as group '{}'", i.topics.size(), i.cfg.application_id);
+  return status::ok_status();
+}
+
+void engine::stop() {
+  auto& i = *impl_;
+  if (i.stopped.exchange(true)) return;
+  i.running = false;
+  if (i.thread.joinable()) i.thread.join();
+  if (i.consumer) {
+    if (fatal_error().empty()) {
+      if (i.builder) (void)i.flush();  // result logged inside; nothing else to do at shutdown
+      i.commit_positions(true);
+    }
+    // Leaves the group; the revoke callback runs here and finds nothing pending.
+    auto err = rd_kafka_consumer_close(i.consumer);
+    if (err) log()->warn("closing consumer: {}", rd_kafka_err2str(err));
+  }
+  i.ownership.revoke_all();
+  log()->info("stopped after consuming {} records", i.stats.consumed.load());
+}
+
+const ingest_stats& engine::stats() const { return impl_->stats; }
+
+std::string engine::fatal_error() const {
+  std::lock_guard lock(impl_->fatal_mu);
+  return impl_->fatal;
+}
+
+}  // namespace kstate::ingest

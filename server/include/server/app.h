@@ -1,0 +1,41 @@
+#pragma once
+// app: one kstate instance, wired: RocksDB state, the ingest engine, the query engine
+// and the HTTP server. The binary (server/main.cc) is a thin shell around it; an
+// application embedding kstate uses it the same way (or only queries(), without HTTP).
+//
+// Threading: create/start/stop from one controlling thread. queries() is safe to use
+// from any thread between start() and stop().
+
+#include <memory>
+
+#include "core/status.h"
+#include "query/engine.h"
+#include "server/config.h"
+
+namespace kstate::server {
+
+class app {
+ public:
+  static result<std::unique_ptr<app>> create(app_config cfg);
+  ~app();
+
+  // Opens the state, starts consuming and serving. Errors name what failed.
+  status start();
+  // /readyz turns 503 so load balancers stop sending traffic; everything else goes on.
+  void begin_drain();
+  // Stops HTTP (finishing in-flight requests), writes pending state, leaves the group,
+  // flushes and closes RocksDB. Idempotent.
+  void stop();
+
+  uint16_t http_port() const;
+  const query::engine& queries() const;
+  // Non-empty when ingest stopped on an unrecoverable error.
+  std::string fatal_error() const;
+
+ private:
+  struct impl;
+  explicit app(std::unique_ptr<impl> i);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kstate::server

@@ -1,0 +1,62 @@
+#pragma once
+// http_server: an asynchronous HTTP/1.1 server (Boost.Beast on Boost.Asio).
+//
+// Modelled on Beast's advanced server: a listener accepts on an acceptor, each
+// connection is a session on its own strand; a fresh parser per request with header and
+// body limits; a deadline set before every read (slow clients are cut off); keep-alive;
+// handlers run on the I/O threads and must not block for long.
+//
+// Ownership: the caller owns the http_server; start() spawns `threads` I/O threads,
+// stop() (also called by the destructor) closes the listener, lets in-flight requests
+// finish within `shutdown_grace`, then joins the threads.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "server/http.h"
+
+namespace kstate::server {
+
+struct http_config {
+  // Address to listen on. Default: loopback only.
+  std::string listen_address = "127.0.0.1";
+  // TCP port; 0 picks a free port (see http_server::port()).
+  uint16_t port = 8080;
+  // Number of I/O threads running handlers.
+  int threads = 2;
+  // Largest request header block accepted, bytes; larger -> 431.
+  uint32_t max_header_bytes = 16 * 1024;
+  // Largest request body accepted, bytes; larger -> 413.
+  uint64_t max_body_bytes = 1024 * 1024;
+  // Largest request target (path + query), bytes; longer -> 414.
+  uint32_t max_target_bytes = 8 * 1024;
+  // Deadline for reading one whole request (headers + body), and idle time allowed
+  // between keep-alive requests.
+  std::chrono::milliseconds read_timeout{10'000};
+  // Time stop() lets in-flight requests finish before connections are closed.
+  std::chrono::milliseconds shutdown_grace{5'000};
+};
+
+class http_server {
+ public:
+  http_server(http_config cfg, http_handler handler);
+  ~http_server();
+  http_server(const http_server&) = delete;
+  http_server& operator=(const http_server&) = delete;
+
+  // Binds, listens and starts the I/O threads. Error when the address cannot be bound.
+  status start();
+  // Stops accepting, finishes in-flight requests (bounded by shutdown_grace), joins.
+  void stop();
+  // The bound port (useful when the configured port was 0). Valid after start().
+  uint16_t port() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kstate::server

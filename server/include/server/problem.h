@@ -1,0 +1,51 @@
+#pragma once
+// One table that maps failure reasons to HTTP statuses and application/problem+json
+// bodies (RFC 9457) with an `error_code` extension: status * 100 + subcode, the scheme
+// REST Proxy and ksqlDB users already know.
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "server/http.h"
+
+namespace kstate::server {
+
+enum class failure_reason {
+  unknown_store,        // 404, 40401
+  key_not_found,        // 404, 40402
+  route_not_found,      // 404, 40403
+  bad_request,          // 400, 40001  (generic malformed request, bad parameter)
+  bad_key_encoding,     // 400, 40002  (percent-decoding, key_format decoding)
+  bad_path_encoding,    // 400, 40003  (invalid percent-encoding in the path)
+  method_not_allowed,   // 405, 40501
+  not_acceptable,       // 406, 40601
+  payload_too_large,    // 413, 41301
+  uri_too_long,         // 414, 41401
+  unsupported_media,    // 415, 41501
+  headers_too_large,    // 431, 43101
+  internal,             // 500, 50001
+  not_caught_up,        // 503, 50301  (partition assigned here but still restoring)
+  not_owner,            // 503, 50302  (partition not assigned to this instance)
+  shutting_down,        // 503, 50303
+};
+
+struct failure_info {
+  unsigned status;
+  int error_code;
+  std::string_view title;
+};
+
+// The table row for a reason.
+failure_info describe(failure_reason r) noexcept;
+
+// A problem+json response for a reason. `detail` says what happened in this request;
+// `instance` is the request path. Statuses 503 carry Retry-After (seconds).
+http_response problem(failure_reason r, std::string_view detail, std::string_view instance = {},
+                      int retry_after_s = 1);
+
+// Maps a module status to a reason (unavailable -> not_caught_up, invalid_argument ->
+// bad_request, not_found -> unknown_store, anything else -> internal).
+failure_reason reason_for(const status& s) noexcept;
+
+}  // namespace kstate::server

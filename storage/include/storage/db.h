@@ -1,0 +1,131 @@
+#pragma once
+// storage::db: the RocksDB instance holding every view of one kstate process.
+//
+// One column family per view, one "__kstate_meta" column family for positions, one
+// block cache shared by all of them. RocksDB types never appear in this header.
+//
+// Thread safety: db is safe for concurrent use: one writer (the ingest thread) and any
+// number of readers (HTTP threads). write_batch is not thread-safe; each belongs to the
+// thread that builds it.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/types.h"
+
+namespace kstate::storage {
+
+struct db_options {
+  // Directory holding the RocksDB files. Created (mode 0700) when missing.
+  std::string path;
+  // Size of the one LRU block cache shared by every view, bytes. Default 64 MiB.
+  uint64_t block_cache_bytes = 64ull << 20;
+  // Memtable size per column family, bytes. Default 16 MiB.
+  uint64_t write_buffer_bytes = 16ull << 20;
+  // Memtables per column family before writes stall. Default 2.
+  int max_write_buffers = 2;
+  // Bloom filter bits per key (0 disables). Default 10 (~1% false positives).
+  int bloom_bits_per_key = 10;
+  // Background flush + compaction threads. Default 2.
+  int max_background_jobs = 2;
+  // none | snappy | lz4 | zstd. Default lz4.
+  std::string compression = "lz4";
+};
+
+// Identifies a view's column family; obtained once from db::view_id().
+using view_id = uint32_t;
+
+// One atomic write: state changes and the positions they reach, together. Nothing in
+// it is visible until db::write() applies all of it at once.
+class write_batch {
+ public:
+  ~write_batch();
+  write_batch(write_batch&&) noexcept;
+  write_batch& operator=(write_batch&&) noexcept;
+
+  void put(view_id view, int32_t partition, std::string_view key, std::string_view value);
+  void del(view_id view, int32_t partition, std::string_view key);
+  // Records that after this batch the view's state reflects `partition` up to (but not
+  // including) `next_offset`.
+  void set_position(view_id view, int32_t partition, int64_t next_offset);
+
+  size_t operation_count() const;
+  size_t byte_size() const;
+  bool empty() const { return operation_count() == 0; }
+  void clear();
+
+  // What the batch holds, decoded from the underlying RocksDB batch (for tests and
+  // diagnostics). `value` is nullopt for deletes; `position` is set for position records.
+  struct entry {
+    view_id view;
+    int32_t partition;
+    std::string key;
+    std::optional<std::string> value;
+    std::optional<int64_t> position;
+  };
+  std::vector<entry> entries() const;
+
+ private:
+  friend class db;
+  struct impl;
+  explicit write_batch(std::unique_ptr<impl> i);
+  std::unique_ptr<impl> impl_;
+};
+
+struct view_stats {
+  uint64_t estimated_keys = 0;
+  uint64_t live_sst_bytes = 0;
+  uint64_t memtable_bytes = 0;
+};
+
+struct get_result {
+  std::optional<std::string> value;   // nullopt: key absent
+  std::optional<int64_t> position;    // the partition's position in the same snapshot
+};
+
+class db {
+ public:
+  // Opens (or creates) the database with a column family for each view. Column
+  // families of views no longer configured are kept (opened, unused), never dropped.
+  static result<std::unique_ptr<db>> open(const db_options& opts, const std::vector<std::string>& views);
+  ~db();
+  db(const db&) = delete;
+  db& operator=(const db&) = delete;
+
+  // The id of a configured view, or nullopt.
+  std::optional<view_id> find_view(std::string_view name) const;
+  const std::string& view_name(view_id id) const;
+
+  // An empty batch bound to this database.
+  write_batch new_batch() const;
+
+  // Applies the batch atomically, WAL on. After it returns, a process crash (kill -9)
+  // keeps the whole batch; a crash before it keeps none of it.
+  status write(write_batch& batch);
+
+  // The stored position of a view's partition: the next offset to consume, or nullopt
+  // when the partition has never been applied.
+  result<std::optional<int64_t>> stored_position(view_id view, int32_t partition) const;
+
+  // Value and position read from one snapshot, so the position describes the value.
+  result<get_result> get(view_id view, int32_t partition, std::string_view key) const;
+
+  result<view_stats> stats(view_id view) const;
+
+  // Flushes memtables (used on clean shutdown so restart replays no WAL).
+  status flush();
+
+ private:
+  friend class write_batch;
+  struct impl;
+  explicit db(std::unique_ptr<impl> i);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kstate::storage

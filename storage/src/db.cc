@@ -1,0 +1,302 @@
+#include "storage/db.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <map>
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/utilities/options_util.h>
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+
+#include "storage/key_codec.h"
+
+namespace kstate::storage {
+namespace {
+
+constexpr const char* meta_cf_name = "__kstate_meta";
+
+// Converts a RocksDB status at the module edge.
+status from_rocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return status::ok_status();
+  std::string msg = std::string(what) + ": " + s.ToString();
+  if (s.IsCorruption()) return {status_code::corruption, msg};
+  if (s.IsInvalidArgument()) return {status_code::invalid_argument, msg};
+  if (s.IsNotFound()) return {status_code::not_found, msg};
+  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return {status_code::unavailable, msg};
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
+    return {status_code::unavailable, msg};
+  return {status_code::io_error, msg};
+}
+
+result<rocksdb::CompressionType> parse_compression(const std::string& name) {
+  if (name == "none") return rocksdb::kNoCompression;
+  if (name == "snappy") return rocksdb::kSnappyCompression;
+  if (name == "lz4") return rocksdb::kLZ4Compression;
+  if (name == "zstd") return rocksdb::kZSTD;
+  return invalid_argument("compression must be one of none, snappy, lz4, zstd (got '" + name + "')");
+}
+
+}  // namespace
+
+struct db::impl {
+  std::unique_ptr<rocksdb::DB> rdb;
+  std::shared_ptr<rocksdb::Cache> cache;
+  rocksdb::ColumnFamilyHandle* meta = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // every opened column family
+  std::vector<rocksdb::ColumnFamilyHandle*> views;    // indexed by view_id
+  std::vector<std::string> view_names;                // indexed by view_id
+  std::map<uint32_t, view_id> by_cf_id;               // column family id -> view_id
+  std::map<std::string, view_id, std::less<>> by_name;
+
+  ~impl() {
+    for (auto* h : handles) {
+      if (h == rdb->DefaultColumnFamily()) continue;
+      auto s = rdb->DestroyColumnFamilyHandle(h);
+      if (!s.ok()) spdlog::warn("storage: destroying column family handle: {}", s.ToString());
+    }
+    if (rdb) {
+      auto s = rdb->Close();
+      if (!s.ok()) spdlog::warn("storage: close: {}", s.ToString());
+    }
+  }
+};
+
+struct write_batch::impl {
+  const db::impl* owner;
+  rocksdb::WriteBatch batch;
+};
+
+write_batch::write_batch(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
+write_batch::~write_batch() = default;
+write_batch::write_batch(write_batch&&) noexcept = default;
+write_batch& write_batch::operator=(write_batch&&) noexcept = default;
+
+void write_batch::put(view_id view, int32_t partition, std::string_view key, std::string_view value) {
+  auto k = encode_data_key(partition, key);
+  auto s = impl_->batch.Put(impl_->owner->views.at(view), k, rocksdb::Slice(value.data(), value.size()));
+  if (!s.ok()) throw std::runtime_error("write_batch::put: " + s.ToString());
+}
+
+void write_batch::del(view_id view, int32_t partition, std::string_view key) {
+  auto k = encode_data_key(partition, key);
+  auto s = impl_->batch.Delete(impl_->owner->views.at(view), k);
+  if (!s.ok()) throw std::runtime_error("write_batch::del: " + s.ToString());
+}
+
+void write_batch::set_position(view_id view, int32_t partition, int64_t next_offset) {
+  auto k = encode_position_key(impl_->owner->view_names.at(view), partition);
+  auto s = impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset));
+  if (!s.ok()) throw std::runtime_error("write_batch::set_position: " + s.ToString());
+}
+
+size_t write_batch::operation_count() const { return static_cast<size_t>(impl_->batch.Count()); }
+size_t write_batch::byte_size() const { return impl_->batch.GetDataSize(); }
+void write_batch::clear() { impl_->batch.Clear(); }
+
+std::vector<write_batch::entry> write_batch::entries() const {
+  struct decoder : rocksdb::WriteBatch::Handler {
+    const db::impl* owner;
+    std::vector<entry> out;
+    rocksdb::Status bad = rocksdb::Status::OK();
+
+    void add(uint32_t cf, const rocksdb::Slice& key, std::optional<std::string> value) {
+      if (cf == owner->meta->GetID()) {
+        // "pos\0<view>\0<partition>" -> offset
+        // The partition is the last 4 bytes (it may contain zero bytes itself).
+        std::string_view k(key.data(), key.size());
+        auto first = k.find('\0');
+        if (first == std::string_view::npos || k.size() < first + 6) return;
+        auto name = k.substr(first + 1, k.size() - 5 - (first + 1));
+        auto it = owner->by_name.find(name);
+        auto part = decode_data_key(k.substr(k.size() - 4));
+        entry e{it == owner->by_name.end() ? view_id(-1) : it->second, part->partition, {}, {}, {}};
+        if (value) e.position = decode_offset(*value);
+        out.push_back(std::move(e));
+        return;
+      }
+      auto dk = decode_data_key(std::string_view(key.data(), key.size()));
+      auto it = owner->by_cf_id.find(cf);
+      if (!dk || it == owner->by_cf_id.end()) return;
+      out.push_back(entry{it->second, dk->partition, std::string(dk->key), std::move(value), {}});
+    }
+    rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& k, const rocksdb::Slice& v) override {
+      add(cf, k, v.ToString());
+      return rocksdb::Status::OK();
+    }
+    rocksdb::Status DeleteCF(uint32_t cf, const rocksdb::Slice& k) override {
+      add(cf, k, std::nullopt);
+      return rocksdb::Status::OK();
+    }
+  } d;
+  d.owner = impl_->owner;
+  auto s = impl_->batch.Iterate(&d);
+  if (!s.ok()) throw std::runtime_error("write_batch::entries: " + s.ToString());
+  return std::move(d.out);
+}
+
+db::db(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
+db::~db() = default;
+
+result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<std::string>& views) {
+  std::error_code ec;
+  std::filesystem::create_directories(opts.path, ec);
+  if (ec) return io_error("cannot create state directory '" + opts.path + "': " + ec.message());
+  ::chmod(opts.path.c_str(), 0700);
+
+  auto compression = parse_compression(opts.compression);
+  if (!compression) return compression.error();
+
+  auto i = std::make_unique<impl>();
+  i->cache = rocksdb::NewLRUCache(opts.block_cache_bytes);
+
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = i->cache;
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  if (opts.bloom_bits_per_key > 0)
+    table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(opts.bloom_bits_per_key, false));
+  table.format_version = 5;
+
+  rocksdb::ColumnFamilyOptions cf_opts;
+  cf_opts.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  cf_opts.write_buffer_size = opts.write_buffer_bytes;
+  cf_opts.max_write_buffer_number = opts.max_write_buffers;
+  cf_opts.compression = *compression;
+  cf_opts.level_compaction_dynamic_level_bytes = true;
+
+  rocksdb::DBOptions db_opts;
+  db_opts.create_if_missing = true;
+  db_opts.create_missing_column_families = true;
+  db_opts.max_background_jobs = opts.max_background_jobs;
+  db_opts.bytes_per_sync = 1 << 20;
+  db_opts.keep_log_file_num = 5;
+  db_opts.max_total_wal_size = 4 * opts.write_buffer_bytes * (views.size() + 1);
+
+  // Open every column family that exists, plus the configured views and meta.
+  std::vector<std::string> names;
+  {
+    std::vector<std::string> existing;
+    auto s = rocksdb::DB::ListColumnFamilies(db_opts, opts.path, &existing);
+    if (s.ok()) names = existing;  // a missing database is not an error here
+  }
+  auto ensure = [&](const std::string& n) {
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  };
+  ensure(rocksdb::kDefaultColumnFamilyName);
+  ensure(meta_cf_name);
+  for (const auto& v : views) {
+    if (v.empty() || v.rfind("__kstate", 0) == 0) return invalid_argument("invalid view name '" + v + "'");
+    ensure(v);
+  }
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+  for (const auto& n : names) descs.emplace_back(n, cf_opts);
+  rocksdb::DB* raw = nullptr;
+  auto s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
+  if (!s.ok()) {
+    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
+      return status(status_code::unavailable,
+                    "state directory '" + opts.path + "' is in use by another process (RocksDB LOCK held): " + s.ToString());
+    return from_rocks(s, "opening RocksDB at '" + opts.path + "'");
+  }
+  i->rdb.reset(raw);
+
+  std::map<std::string, rocksdb::ColumnFamilyHandle*> by_name;
+  for (auto* h : i->handles) by_name[h->GetName()] = h;
+  i->meta = by_name.at(meta_cf_name);
+  for (const auto& v : views) {
+    auto id = static_cast<view_id>(i->views.size());
+    auto* h = by_name.at(v);
+    i->views.push_back(h);
+    i->view_names.push_back(v);
+    i->by_cf_id[h->GetID()] = id;
+    i->by_name.emplace(v, id);
+  }
+  return std::unique_ptr<db>(new db(std::move(i)));
+}
+
+std::optional<view_id> db::find_view(std::string_view name) const {
+  auto it = impl_->by_name.find(name);
+  if (it == impl_->by_name.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string& db::view_name(view_id id) const { return impl_->view_names.at(id); }
+
+write_batch db::new_batch() const {
+  auto b = std::make_unique<write_batch::impl>();
+  b->owner = impl_.get();
+  return write_batch(std::move(b));
+}
+
+status db::write(write_batch& batch) {
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = false;
+  // sync=false: the WAL record is in the OS page cache when Write returns, which a
+  // process crash (kill -9) cannot lose. Power loss may lose the newest batches, and
+  // since positions travel in the same batch, ingest then re-reads exactly those.
+  wo.sync = false;
+  return from_rocks(impl_->rdb->Write(wo, &batch.impl_->batch), "write");
+}
+
+result<std::optional<int64_t>> db::stored_position(view_id view, int32_t partition) const {
+  std::string v;
+  auto s = impl_->rdb->Get(rocksdb::ReadOptions(), impl_->meta,
+                           encode_position_key(impl_->view_names.at(view), partition), &v);
+  if (s.IsNotFound()) return std::optional<int64_t>();
+  if (!s.ok()) return from_rocks(s, "reading position");
+  auto off = decode_offset(v);
+  if (!off) return status(status_code::corruption, "position record has " + std::to_string(v.size()) + " bytes");
+  return std::optional<int64_t>(*off);
+}
+
+result<get_result> db::get(view_id view, int32_t partition, std::string_view key) const {
+  const rocksdb::Snapshot* snap = impl_->rdb->GetSnapshot();
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snap;
+  get_result out;
+  std::string v;
+  auto s = impl_->rdb->Get(ro, impl_->views.at(view), encode_data_key(partition, key), &v);
+  status st = status::ok_status();
+  if (s.ok()) {
+    out.value = std::move(v);
+  } else if (!s.IsNotFound()) {
+    st = from_rocks(s, "get");
+  }
+  if (st.ok()) {
+    std::string p;
+    auto ps = impl_->rdb->Get(ro, impl_->meta, encode_position_key(impl_->view_names.at(view), partition), &p);
+    if (ps.ok()) out.position = decode_offset(p);
+    else if (!ps.IsNotFound()) st = from_rocks(ps, "get position");
+  }
+  impl_->rdb->ReleaseSnapshot(snap);
+  if (!st.ok()) return st;
+  return out;
+}
+
+result<view_stats> db::stats(view_id view) const {
+  view_stats out;
+  auto* h = impl_->views.at(view);
+  if (!impl_->rdb->GetIntProperty(h, rocksdb::DB::Properties::kEstimateNumKeys, &out.estimated_keys))
+    out.estimated_keys = 0;
+  if (!impl_->rdb->GetIntProperty(h, rocksdb::DB::Properties::kLiveSstFilesSize, &out.live_sst_bytes))
+    out.live_sst_bytes = 0;
+  if (!impl_->rdb->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &out.memtable_bytes))
+    out.memtable_bytes = 0;
+  return out;
+}
+
+status db::flush() {
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  std::vector<rocksdb::ColumnFamilyHandle*> all(impl_->handles.begin(), impl_->handles.end());
+  return from_rocks(impl_->rdb->Flush(fo, all), "flush");
+}
+
+}  // namespace kstate::storage
