@@ -7,12 +7,14 @@ void ownership_registry::set_partition_count(const std::string& topic, int32_t c
   topics_[topic].partition_count = count;
 }
 
-void ownership_registry::assign(const std::string& topic, int32_t partition, int64_t target) {
+void ownership_registry::assign(const std::vector<assignment>& added) {
   std::lock_guard lock(mu_);
-  auto& p = topics_[topic].partitions[partition];
-  p.assigned = true;
-  p.catch_up_target = target;
-  p.ready = false;
+  for (const auto& a : added) {
+    auto& p = topics_[a.topic].partitions[a.partition];
+    p.assigned = true;
+    p.catch_up_target = a.catch_up_target;
+    p.ready = a.ready;
+  }
   joined_ = true;
   ++generation_;
 }

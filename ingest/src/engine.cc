@@ -174,9 +174,9 @@ struct engine::impl {
   void on_rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* parts) {
     ++stats.rebalances;
     if (m_rebalances) m_rebalances->Add({{"consumergroup", cfg.application_id}}).Increment();
-    ownership.mark_joined();
     bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+      std::vector<ownership_registry::assignment> added;
       for (int i = 0; i < parts->cnt; ++i) {
         auto& p = parts->elems[i];
         std::string topic = p.topic;
@@ -202,13 +202,13 @@ struct engine::impl {
         int64_t low = 0, high = -1;
         auto werr = rd_kafka_query_watermark_offsets(rk, topic.c_str(), p.partition, &low, &high, 5000);
         if (werr) log()->warn("watermarks of {}-{}: {}", topic, p.partition, rd_kafka_err2str(werr));
-        ownership.assign(topic, p.partition, high);
         int64_t at = resume.value_or(0);
         applied[{topic, p.partition}] = at;
-        if (high >= 0 && (at >= high || high == low)) ownership.mark_ready(topic, p.partition);
+        added.push_back({topic, p.partition, high, high >= 0 && (at >= high || high == low)});
         log()->info("assigned {}-{}: resuming at {}, catching up to {}", topic, p.partition,
                     resume ? std::to_string(*resume) : std::string("beginning"), high);
       }
+      ownership.assign(added);
       rd_kafka_error_t* e = nullptr;
       rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
       if (cooperative) e = rd_kafka_incremental_assign(rk, parts);
@@ -218,6 +218,7 @@ struct engine::impl {
     } else {
       // Write what was consumed for these partitions before releasing them, so the
       // next owner (or this instance later) resumes exactly after it.
+      ownership.mark_joined();
       if (!flush()) return;
       commit_positions(false);
       for (int i = 0; i < parts->cnt; ++i) {

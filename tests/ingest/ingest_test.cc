@@ -119,20 +119,48 @@ TEST_CASE("a view that already reflects an offset does not apply it again") {
   CHECK(entries[1].position == 61);
 }
 
-TEST_CASE("partitioners: murmur2 matches the Java client's published values") {
-  auto m = make_partitioner("murmur2");
-  REQUIRE(m);
-  // Java: Utils.toPositive(Utils.murmur2(key.getBytes(UTF_8))) % n. Reference values
-  // from kafka-clients' own tests and the real producer (see tests/integration, which
-  // checks every key the Java console producer wrote is found in its partition).
-  auto p = *m;
-  for (int n : {1, 2, 3, 6, 12, 100}) {
-    int32_t got = p("", n);
-    CHECK(got >= 0);
-    CHECK(got < n);
+TEST_CASE("partitioners: murmur2 matches the Java client's default partitioner") {
+  // Expected values computed by the Java client itself (kafka-clients 3.9.2):
+  //   Utils.toPositive(Utils.murmur2(key.getBytes(UTF_8))) % n   for n = 1, 3, 6, 12, 100
+  // which is what its default partitioner does for keyed records.
+  struct vec { const char* key; int expected[5]; };
+  const vec vectors[] = {
+      {"", {0, 0, 3, 9, 81}},
+      {"a", {0, 1, 4, 4, 24}},
+      {"key", {0, 1, 1, 1, 81}},
+      {"kstate", {0, 1, 1, 1, 33}},
+      {"user-42", {0, 1, 4, 4, 60}},
+      {"alice", {0, 0, 3, 9, 49}},
+      {"h\xc3\xa9llo", {0, 0, 0, 6, 2}},
+      {"a/b", {0, 0, 0, 6, 10}},
+      {"\xf0\x9f\x98\x80", {0, 0, 3, 9, 17}},
+      {"0123456789abcdef", {0, 0, 0, 0, 52}},
+  };
+  const int counts[] = {1, 3, 6, 12, 100};
+  auto murmur2 = make_partitioner("murmur2");
+  REQUIRE(murmur2);
+  for (const auto& v : vectors) {
+    for (int i = 0; i < 5; ++i) {
+      CAPTURE(v.key);
+      CAPTURE(counts[i]);
+      CHECK((*murmur2)(v.key, counts[i]) == v.expected[i]);
+    }
   }
-  CHECK(p("key", 1) == 0);
-  CHECK(make_partitioner("consistent"));
-  CHECK(make_partitioner("fnv1a"));
+}
+
+TEST_CASE("partitioners: every name maps into range; unknown names are refused") {
+  for (const char* name : {"murmur2", "consistent", "fnv1a"}) {
+    auto p = make_partitioner(name);
+    REQUIRE(p);
+    for (int n : {1, 2, 7}) {
+      for (const char* key : {"", "x", "some longer key"}) {
+        auto got = (*p)(key, n);
+        CHECK(got >= 0);
+        CHECK(got < n);
+      }
+    }
+    CHECK((*p)("x", 0) == -1);
+  }
   CHECK_FALSE(make_partitioner("random"));
+  CHECK_FALSE(make_partitioner(""));
 }

@@ -30,7 +30,15 @@ struct topic_state {
 class ownership_registry {
  public:
   void set_partition_count(const std::string& topic, int32_t count);
-  void assign(const std::string& topic, int32_t partition, int64_t catch_up_target);
+  struct assignment {
+    std::string topic;
+    int32_t partition;
+    int64_t catch_up_target;
+    bool ready;  // already caught up when assigned
+  };
+  // Records a rebalance's new partitions in one step (readers never see half of it)
+  // and marks the instance joined.
+  void assign(const std::vector<assignment>& added);
   void revoke(const std::string& topic, int32_t partition);
   void mark_ready(const std::string& topic, int32_t partition);
   void revoke_all();

@@ -1,0 +1,338 @@
+#include "support.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace kstate::testing {
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r{std::random_device{}()};
+  return r;
+}
+
+}  // namespace
+
+std::string bootstrap() {
+  if (const char* b = std::getenv("KSTATE_BOOTSTRAP"); b && *b) return b;
+  auto out = sh(std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka bootstrap");
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+std::string unique_name(const std::string& base) {
+  return base + "-" + std::to_string(rng()() % 1'000'000'000);
+}
+
+std::string temp_dir(const std::string& base) {
+  auto p = std::filesystem::temp_directory_path() / unique_name("kstate-it-" + base);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+std::string sh(const std::string& cmd) {
+  std::string out;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  REQUIRE_MESSAGE(f != nullptr, cmd);
+  std::array<char, 65536> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  int rc = ::pclose(f);
+  REQUIRE_MESSAGE(rc == 0, "command failed: " << cmd);
+  return out;
+}
+
+std::string kafka(const std::string& args) { return sh(std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka " + args); }
+
+void create_topic(const std::string& topic, int partitions) {
+  kafka("topics --create --topic " + quote(topic) + " --partitions " + std::to_string(partitions) + " >/dev/null");
+}
+
+void produce(const std::string& topic, const std::vector<produced>& records) {
+  // A marker no generated key or value uses.
+  const std::string null_marker = "__KSTATE_NULL__";
+  auto file = std::filesystem::temp_directory_path() / unique_name("kstate-produce");
+  {
+    std::ofstream out(file, std::ios::binary);
+    for (const auto& r : records) {
+      out << (r.key ? *r.key : null_marker) << '\t' << (r.value ? *r.value : null_marker) << '\n';
+    }
+  }
+  kafka("console-producer --topic " + quote(topic) +
+        " --property parse.key=true --property null.marker=" + null_marker +
+        " --producer-property acks=all --producer-property linger.ms=20 --producer-property batch.size=262144 < " +
+        quote(file.string()));
+  std::filesystem::remove(file);
+}
+
+std::vector<consumed> consume_all(const std::string& topic, size_t expected) {
+  // The default formatter with these properties prints, tab-separated:
+  //   Partition:P  Offset:O  headers (k:v,k:v or NO_HEADERS)  key  value
+  auto out = kafka("console-consumer --topic " + quote(topic) + " --from-beginning --max-messages " +
+                   std::to_string(expected) +
+                   " --timeout-ms 60000 --property print.partition=true --property print.offset=true"
+                   " --property print.headers=true --property print.key=true --property null.literal=__KSTATE_NULL__"
+                   " 2>/dev/null");
+  std::vector<consumed> records;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    size_t start = 0;
+    for (;;) {
+      auto tab = line.find('\t', start);
+      f.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    if (f.size() < 5 || f[0].rfind("Partition:", 0) != 0) continue;
+    consumed c;
+    c.partition = std::stoi(f[0].substr(10));
+    c.offset = std::stoll(f[1].substr(7));
+    if (f[2] != "NO_HEADERS") {
+      std::istringstream hs(f[2]);
+      std::string h;
+      while (std::getline(hs, h, ',')) {
+        auto colon = h.find(':');
+        if (colon != std::string::npos) c.headers[h.substr(0, colon)] = h.substr(colon + 1);
+      }
+    }
+    if (f[3] != "__KSTATE_NULL__") c.key = f[3];
+    if (f[4] != "__KSTATE_NULL__") c.value = f[4];
+    records.push_back(std::move(c));
+  }
+  return records;
+}
+
+http_client::~http_client() { close(); }
+
+bool http_client::connect() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port_);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close();
+    return false;
+  }
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  timeval tv{30, 0};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return true;
+}
+
+void http_client::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::optional<http_answer> http_client::get(const std::string& target) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (fd_ < 0 && !connect()) return std::nullopt;
+    std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n";
+    if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+      close();
+      continue;  // the server closed an idle keep-alive connection: reconnect once
+    }
+    std::string buf;
+    char chunk[65536];
+    size_t header_end;
+    bool failed = false;
+    while ((header_end = buf.find("\r\n\r\n")) == std::string::npos) {
+      auto n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n <= 0) { failed = true; break; }
+      buf.append(chunk, static_cast<size_t>(n));
+    }
+    if (failed) {
+      close();
+      if (buf.empty()) continue;
+      return std::nullopt;
+    }
+    http_answer a;
+    std::istringstream hs(buf.substr(0, header_end));
+    std::string line;
+    std::getline(hs, line);
+    a.status = std::stoi(line.substr(9, 3));
+    while (std::getline(hs, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      auto colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string name = line.substr(0, colon);
+      for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      auto value = line.substr(colon + 1);
+      while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+      a.headers[name] = value;
+    }
+    size_t length = a.headers.count("content-length") ? std::stoul(a.headers["content-length"]) : 0;
+    a.body = buf.substr(header_end + 4);
+    while (a.body.size() < length) {
+      auto n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n <= 0) { close(); return std::nullopt; }
+      a.body.append(chunk, static_cast<size_t>(n));
+    }
+    if (a.headers["connection"] == "close") close();
+    return a;
+  }
+  return std::nullopt;
+}
+
+std::string pct(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+kstate_process::kstate_process(std::string application_id, std::vector<view> views, std::string state_dir)
+    : state_dir_(std::move(state_dir)) {
+  port_ = free_port();
+  auto dir = std::filesystem::path(state_dir_).parent_path();
+  config_path_ = (dir / (application_id + ".yaml")).string();
+  log_ = (dir / (application_id + ".log")).string();
+  std::ofstream cfg(config_path_);
+  cfg << "application_id: " << application_id << "\n"
+      << "bootstrap_servers: " << bootstrap() << "\n"
+      << "state_dir: " << state_dir_ << "\n"
+      << "http: {listen: \"127.0.0.1:" << port_ << "\", threads: 2}\n"
+      << "ingest: {commit_interval_ms: 200}\n"
+      << "kafka: {session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\"}\n"
+      << "views:\n";
+  for (const auto& v : views) {
+    cfg << "  - {name: " << v.name << ", topic: " << v.topic << ", value_format: " << v.value_format;
+    if (!v.dead_letter_topic.empty()) cfg << ", dead_letter_topic: " << v.dead_letter_topic;
+    cfg << "}\n";
+  }
+}
+
+kstate_process::~kstate_process() {
+  if (pid_ > 0) kill9();
+}
+
+void kstate_process::start() {
+  REQUIRE(pid_ <= 0);
+  pid_ = ::fork();
+  REQUIRE(pid_ >= 0);
+  if (pid_ == 0) {
+    FILE* f = std::freopen(log_.c_str(), "a", stdout);
+    if (f) ::dup2(::fileno(stdout), 2);
+    ::execl(KSTATE_BINARY, KSTATE_BINARY, "--config", config_path_.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+}
+
+void kstate_process::wait_ready(std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  http_client c(port_);
+  for (;;) {
+    auto a = c.get("/readyz");
+    if (a && a->status == 200) return;
+    int st;
+    if (pid_ > 0 && ::waitpid(pid_, &st, WNOHANG) == pid_) {
+      pid_ = -1;
+      FAIL("kstate exited before becoming ready; see " << log_);
+    }
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "kstate not ready in time; see " << log_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void kstate_process::kill9() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int st;
+  ::waitpid(pid_, &st, 0);
+  pid_ = -1;
+}
+
+int kstate_process::terminate() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int st = 0;
+  ::waitpid(pid_, &st, 0);
+  pid_ = -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+double kstate_process::metric_sum(const std::string& name) {
+  http_client c(port_);
+  auto a = c.get("/metrics");
+  REQUIRE(a);
+  REQUIRE(a->status == 200);
+  double sum = 0;
+  std::istringstream in(a->body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    auto rest = line.substr(name.size());
+    if (rest.empty() || (rest[0] != '{' && rest[0] != ' ')) continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+int64_t kstate_process::position_sum(const std::string& store) {
+  http_client c(port_);
+  auto a = c.get("/v1/stores/" + store);
+  if (!a || a->status != 200) return -1;
+  int64_t sum = 0;
+  if (std::getenv("KSTATE_IT_DEBUG")) fprintf(stderr, "GET /v1/stores/%s: %s\n", store.c_str(), a->body.c_str());
+  auto body = a->body_json();  // named: a temporary would die before the loop body
+  for (const auto& p : body["assigned_partitions"])
+    if (!p["position"].is_null()) sum += p["position"].get<int64_t>();
+  return sum;
+}
+
+void apply_record(table_model& m, const produced& r) {
+  if (!r.key) return;
+  if (r.value) m[*r.key] = *r.value;
+  else m.erase(*r.key);
+}
+
+}  // namespace kstate::testing

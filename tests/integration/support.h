@@ -1,0 +1,117 @@
+#pragma once
+// Test support for integration tests against the real broker that scripts/kafka
+// started (KSTATE_BOOTSTRAP) and the real kstate binary.
+//
+// Everything here drives real processes: the Java console producer and consumer
+// (through scripts/kafka), and kstate itself, over HTTP on loopback.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kstate::testing {
+
+using json = nlohmann::json;
+
+// Bootstrap address of the test broker (KSTATE_BOOTSTRAP, else `scripts/kafka bootstrap`).
+std::string bootstrap();
+// A name unique to this test run, e.g. "<base>-<random>".
+std::string unique_name(const std::string& base);
+// A fresh empty directory under the system temp dir.
+std::string temp_dir(const std::string& base);
+
+// Runs a shell command; returns its stdout. Fails the test on a non-zero exit.
+std::string sh(const std::string& cmd);
+// scripts/kafka with arguments (quoted by the caller).
+std::string kafka(const std::string& args);
+void create_topic(const std::string& topic, int partitions);
+
+// One record for the console producer. A nullopt key/value becomes the null marker.
+struct produced {
+  std::optional<std::string> key;
+  std::optional<std::string> value;
+};
+// Produces with the real Java console producer (partitioning by the Java client's
+// default partitioner), in order. Keys and values must not contain tabs or newlines.
+void produce(const std::string& topic, const std::vector<produced>& records);
+
+// A record read back with the Java console consumer.
+struct consumed {
+  int32_t partition;
+  int64_t offset;
+  std::map<std::string, std::string> headers;
+  std::optional<std::string> key;
+  std::optional<std::string> value;
+};
+std::vector<consumed> consume_all(const std::string& topic, size_t expected);
+
+// A minimal HTTP/1.1 client with one keep-alive connection.
+struct http_answer {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-cased names
+  std::string body;
+  json body_json() const { return json::parse(body); }
+};
+class http_client {
+ public:
+  explicit http_client(uint16_t port) : port_(port) {}
+  ~http_client();
+  // nullopt when the connection failed (server down).
+  std::optional<http_answer> get(const std::string& target);
+
+ private:
+  bool connect();
+  void close();
+  uint16_t port_;
+  int fd_ = -1;
+};
+
+// Percent-encodes every byte outside the unreserved set (RFC 3986).
+std::string pct(const std::string& s);
+
+// A kstate process with its own config, state directory and log.
+class kstate_process {
+ public:
+  struct view {
+    std::string name;
+    std::string topic;
+    std::string value_format = "json";
+    std::string dead_letter_topic;
+  };
+  kstate_process(std::string application_id, std::vector<view> views, std::string state_dir);
+  ~kstate_process();
+
+  void start();
+  // Waits until /readyz answers 200. Fails the test after `timeout`.
+  void wait_ready(std::chrono::seconds timeout = std::chrono::seconds(120));
+  void kill9();
+  // SIGTERM and wait; returns the exit status.
+  int terminate();
+  bool running() const { return pid_ > 0; }
+  uint16_t port() const { return port_; }
+  const std::string& log_path() const { return log_; }
+
+  // Sum of kstate_ingest_records_consumed_total over every series.
+  double metric_sum(const std::string& name);
+  // Sum of the stored positions of a store's assigned partitions (= records applied
+  // when the topic's offsets start at 0 and have no gaps).
+  int64_t position_sum(const std::string& store);
+
+ private:
+  std::string config_path_, state_dir_, log_;
+  uint16_t port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// Model of a table view: last write wins, a tombstone deletes.
+using table_model = std::map<std::string, std::string>;
+void apply_record(table_model& m, const produced& r);
+
+}  // namespace kstate::testing
