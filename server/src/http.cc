@@ -1,0 +1,37 @@
+#include "server/http.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+
+namespace kstate::server {
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+           return std::tolower(x) == std::tolower(y);
+         });
+}
+
+}  // namespace
+
+std::optional<std::string> http_request::header(std::string_view name) const {
+  // Names are stored lower-cased by the server, but a request built by hand (tests,
+  // an embedding application) may not be, so both sides are folded.
+  for (const auto& [n, v] : headers) {
+    if (iequals(n, name)) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> http_request::param(std::string_view name) const {
+  // multimap keeps equal keys in insertion order, so lower_bound is the first one the
+  // client sent (find() may return any of them).
+  const std::string key(name);
+  auto it = query.lower_bound(key);
+  if (it == query.end() || it->first != key) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace kstate::server

@@ -1,0 +1,556 @@
+// The only translation unit that includes Beast: everything template-heavy about HTTP
+// stays here, so handlers and the rest of the server compile against plain structs.
+//
+// Structure follows Beast's advanced server: one listener accepting on its own strand,
+// one session per connection on its own strand. A session is strictly sequential:
+// read one request, run the handler, write the response, then read the next. That is
+// the bound on pipelining: at most one request per connection is being handled, and
+// anything the client pipelined behind it waits in the socket buffer (TCP flow control
+// pushes back on the client), so a connection can never queue unbounded work.
+//
+// Threads: `threads` I/O threads all run the one io_context. A session's members are
+// only touched on its strand; the shared_state is touched from any thread and is
+// either immutable after start, atomic, or guarded by its mutex.
+
+#include "server/http_server.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <cstdio>
+#include <stdexcept>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "server/problem.h"
+#include "server/url.h"
+
+namespace kstate::server {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+class session;
+
+// State shared by the listener, every session and the http_server. Sessions hold it by
+// shared_ptr, so a session destroyed late (by the io_context's destructor, after a
+// shutdown_grace ran out) still finds it alive.
+struct shared_state {
+  shared_state(http_config c, http_handler h) : cfg(std::move(c)), handler(std::move(h)) {}
+
+  const http_config cfg;
+  const http_handler handler;
+  std::atomic<bool> stopping{false};
+
+  std::mutex mu;
+  std::condition_variable sessions_done;                          // signalled when `sessions` empties
+  std::unordered_map<session*, std::weak_ptr<session>> sessions;  // guarded by mu
+
+  // Generated request ids: a random per-server prefix plus a counter, so ids from
+  // several instances behind one load balancer do not collide.
+  std::string id_prefix;
+  std::atomic<uint64_t> id_counter{0};
+
+  std::string next_request_id() {
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "-%llx", static_cast<unsigned long long>(++id_counter));
+    return id_prefix + buf;
+  }
+};
+
+// Client-supplied ids end up in logs and response headers: only short, boring ones
+// are trusted, anything else is replaced.
+bool sane_request_id(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+           return std::tolower(x) == std::tolower(y);
+         });
+}
+
+// RFC 9110 token characters; header names from handlers must be made of these.
+bool valid_header_name(std::string_view n) {
+  if (n.empty()) return false;
+  return std::all_of(n.begin(), n.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+  });
+}
+
+// A CR or LF in a value would let a handler echoing client input split the response.
+bool valid_header_value(std::string_view v) {
+  return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+// Headers the server owns because they frame the message; a handler setting them
+// would desynchronise the connection.
+bool reserved_header(std::string_view n) {
+  return iequals(n, "content-length") || iequals(n, "transfer-encoding") || iequals(n, "connection") ||
+         iequals(n, "content-type") || iequals(n, "x-request-id") || iequals(n, "server");
+}
+
+// When Beast reports header_limit before the request line was complete, it cannot
+// tell us the target; the unparsed line is still in the read buffer, so measure it
+// there: if the target alone is over max_target_bytes the honest answer is 414, not 431.
+bool target_too_long(std::string_view raw, std::size_t max_target) {
+  const auto sp = raw.find(' ');
+  if (sp == std::string_view::npos || sp > 32) return false;  // not a request line
+  const auto rest = raw.substr(sp + 1);
+  const auto end = rest.find_first_of(" \r\n");
+  return (end == std::string_view::npos ? rest.size() : end) > max_target;
+}
+
+// One connection. Owned by shared_ptrs held in its own pending completion handlers:
+// it lives exactly as long as it has an operation in flight. Every member function
+// runs on the session's strand (the stream's executor), except the constructor and
+// run(), which the listener calls before any operation is started.
+class session : public std::enable_shared_from_this<session> {
+ public:
+  session(tcp::socket&& socket, std::shared_ptr<shared_state> st)
+      : stream_(std::move(socket)), st_(std::move(st)) {}
+
+  ~session() {
+    std::lock_guard lk(st_->mu);
+    st_->sessions.erase(this);
+    if (st_->sessions.empty()) st_->sessions_done.notify_all();
+  }
+
+  void run() {
+    {
+      std::lock_guard lk(st_->mu);
+      st_->sessions.emplace(this, weak_from_this());
+    }
+    // Small responses are written in one gather; Nagle would only add latency.
+    beast::error_code ec;
+    stream_.socket().set_option(tcp::no_delay(true), ec);  // best effort: ignore failure
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read, shared_from_this()));
+  }
+
+  // Posted onto the strand by http_server::stop(). A connection idle between requests
+  // is closed now; one with a request in progress finishes it and then closes.
+  void on_stop() {
+    close_after_response_ = true;
+    if (phase_ == phase::draining || (phase_ == phase::reading && idle())) close();
+  }
+
+  net::any_io_executor executor() { return stream_.get_executor(); }
+
+ private:
+  enum class phase { reading, handling, writing, draining };
+
+  bool idle() const { return buffer_.size() == 0 && (!parser_ || !parser_->got_some()); }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);  // peer may be gone already
+    stream_.close();
+  }
+
+  void do_read() {
+    phase_ = phase::reading;
+    if ((st_->stopping || close_after_response_) && buffer_.size() == 0) {
+      close();
+      return;
+    }
+    // A fresh parser per request: limits are per request, and no state of the previous
+    // message leaks into the next one.
+    parser_.emplace();
+    parser_->header_limit(st_->cfg.max_header_bytes);
+    parser_->body_limit(st_->cfg.max_body_bytes);
+    // One deadline for the whole request (headers and body) and for the idle time
+    // before it: a client trickling bytes (slowloris) is cut off at read_timeout.
+    stream_.expires_after(st_->cfg.read_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&session::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, std::size_t) {
+    if (ec) return on_read_error(ec);
+    const auto& req = parser_->get();
+    if (req.target().size() > st_->cfg.max_target_bytes) {
+      return fail(failure_reason::uri_too_long,
+                  "request target is " + std::to_string(req.target().size()) + " bytes, limit " +
+                      std::to_string(st_->cfg.max_target_bytes));
+    }
+    if (parser_->is_done()) return handle();
+
+    // Clients that ask first (curl does for bodies over 1 KiB) would otherwise wait a
+    // second before sending the body. Body limits were already checked against
+    // Content-Length while parsing the header.
+    auto expect = req[http::field::expect];
+    if (iequals(expect, "100-continue")) {
+      continue_.emplace(http::status::continue_, req.version());
+      http::async_write(stream_, *continue_,
+                        [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                          if (ec) return;  // the socket is gone; nothing to answer
+                          self->read_body();
+                        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    // No new deadline: the one set before the header covers the whole request.
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&session::on_body, shared_from_this()));
+  }
+
+  void on_body(beast::error_code ec, std::size_t) {
+    if (ec) return on_read_error(ec);
+    handle();
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (ec == http::error::header_limit) {
+      // Beast consumes the request line as soon as it is complete, so either the
+      // message already has its target, or the unparsed line is still in the buffer.
+      const auto data = buffer_.cdata();
+      const std::string_view raw(static_cast<const char*>(data.data()), data.size());
+      const auto target = parser_->get().target();
+      if (target.empty() ? target_too_long(raw, st_->cfg.max_target_bytes)
+                         : target.size() > st_->cfg.max_target_bytes) {
+        return fail(failure_reason::uri_too_long,
+                    "request target exceeds " + std::to_string(st_->cfg.max_target_bytes) + " bytes");
+      }
+      return fail(failure_reason::headers_too_large,
+                  "request header block exceeds " + std::to_string(st_->cfg.max_header_bytes) + " bytes");
+    }
+    if (ec == http::error::body_limit) {
+      return fail(failure_reason::payload_too_large,
+                  "request body exceeds " + std::to_string(st_->cfg.max_body_bytes) + " bytes");
+    }
+    // The client closed between requests (end_of_stream) or mid-request
+    // (partial_message), the deadline passed (tcp_stream already closed the socket),
+    // stop() closed us, or the socket failed: there is nobody to answer.
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec.category() != http::make_error_code(http::error::bad_target).category()) {
+      return close();
+    }
+    // Anything else from the HTTP category is a malformed message (request line,
+    // header syntax, framing): the stream cannot be trusted after it, so answer and close.
+    fail(failure_reason::bad_request, "malformed HTTP request: " + ec.message());
+  }
+
+  void handle() {
+    phase_ = phase::handling;
+    auto& msg = parser_->get();
+
+    http_request req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    req.headers.reserve(std::distance(msg.begin(), msg.end()));
+    for (const auto& f : msg) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      req.headers.emplace_back(std::move(name), std::string(f.value()));
+    }
+    auto client_id = msg["X-Request-Id"];  // Beast has no field enum for it; lookup is case-insensitive
+    req.request_id = sane_request_id(client_id) ? std::string(client_id) : st_->next_request_id();
+    req.body = std::move(msg.body());
+    const bool keep_alive = msg.keep_alive();
+    const unsigned version = msg.version();
+
+    http_response res;
+    if (status s = parse_target(req.target, req); !s.ok()) {
+      // The request was well framed, only its target is bad: the connection stays usable.
+      res = problem(failure_reason::bad_path_encoding, s.message(),
+                    std::string_view(req.target).substr(0, req.target.find('?')));
+    } else {
+      try {
+        // Called concurrently from all I/O threads: handlers must be thread-safe.
+        res = st_->handler(req);
+        // Validate here, inside the try: a bad status or header is a handler bug and
+        // must become a 500, not a malformed response.
+        if (res.status < 100 || res.status > 999) throw std::invalid_argument("handler returned a bad status");
+        for (const auto& [n, v] : res.headers) {
+          if (!valid_header_name(n) || !valid_header_value(v)) throw std::invalid_argument("handler returned a bad header");
+        }
+        if (!valid_header_value(res.content_type)) throw std::invalid_argument("handler returned a bad content type");
+      } catch (...) {
+        // Never let a handler take the I/O thread down. The exception text may hold
+        // internals, so the client gets only the request id to quote in a bug report.
+        res = problem(failure_reason::internal, "unexpected error while handling request " + req.request_id,
+                      req.path);
+      }
+    }
+    write(std::move(res), req.request_id, version, keep_alive && !close_after_response_ && !st_->stopping);
+  }
+
+  // A request that cannot be handled (over a limit, unparseable): answer with a
+  // problem and close, since the rest of the stream cannot be framed reliably.
+  void fail(failure_reason r, std::string detail) {
+    std::string instance;
+    std::string request_id;
+    // Not is_header_done(): a Content-Length over the body limit fails the header
+    // itself, yet the request line and fields parsed so far are in the message.
+    if (parser_) {
+      const auto& msg = parser_->get();
+      instance = std::string(msg.target().substr(0, msg.target().find('?')));
+      if (sane_request_id(msg["X-Request-Id"])) request_id = std::string(msg["X-Request-Id"]);
+    }
+    if (instance.size() > 256) instance.clear();  // do not echo a huge target back
+    if (request_id.empty()) request_id = st_->next_request_id();
+    write(problem(r, detail, instance), request_id, 11, false);
+  }
+
+  void write(http_response&& r, const std::string& request_id, unsigned version, bool keep_alive) {
+    phase_ = phase::writing;
+    res_ = {};
+    res_.version(version);
+    res_.result(r.status);
+    res_.set(http::field::server, "kstate");
+    if (!r.content_type.empty()) res_.set(http::field::content_type, r.content_type);
+    res_.set("X-Request-Id", request_id);
+    for (const auto& [n, v] : r.headers) {
+      if (!reserved_header(n)) res_.insert(n, v);
+    }
+    res_.body() = std::move(r.body);
+    res_.keep_alive(keep_alive);
+    res_.prepare_payload();
+    // A client that stops reading its response is cut off like one that stops sending.
+    stream_.expires_after(st_->cfg.read_timeout);
+    http::async_write(stream_, res_, beast::bind_front_handler(&session::on_write, shared_from_this(), !keep_alive));
+  }
+
+  void on_write(bool close_after, beast::error_code ec, std::size_t) {
+    if (ec) return close();
+    if (close_after) return lingering_close();
+    do_read();
+  }
+
+  // Closing a socket with unread input makes the kernel send RST, which can destroy
+  // the response we just wrote before the client reads it (typical after a 413 or 431,
+  // where the client is still sending). So: stop sending, discard input until the
+  // client closes or a short bound passes, then close.
+  void lingering_close() {
+    phase_ = phase::draining;
+    if (st_->stopping) return close();
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);  // peer may be gone already
+    stream_.expires_after(std::min<std::chrono::milliseconds>(st_->cfg.read_timeout, std::chrono::seconds(2)));
+    do_drain();
+  }
+
+  void do_drain() {
+    stream_.async_read_some(net::buffer(drain_buf_),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->drained_ += n;
+                              if (ec || self->drained_ > max_drain_bytes) return self->close();
+                              self->do_drain();
+                            });
+  }
+
+  static constexpr std::size_t max_drain_bytes = 16 * 1024 * 1024;
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<shared_state> st_;
+  beast::flat_buffer buffer_;  // persists across requests: it may hold pipelined bytes
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::response<http::empty_body>> continue_;
+  http::response<http::string_body> res_;  // must outlive async_write
+  phase phase_ = phase::reading;
+  bool close_after_response_ = false;
+  std::array<char, 8192> drain_buf_{};
+  std::size_t drained_ = 0;
+};
+
+// Accepts connections. Owned by http_server::impl and by its pending accept handler;
+// its handlers run on the acceptor's strand.
+class listener : public std::enable_shared_from_this<listener> {
+ public:
+  listener(net::io_context& ioc, std::shared_ptr<shared_state> st)
+      : ioc_(ioc), acceptor_(net::make_strand(ioc)), backoff_(acceptor_.get_executor()), st_(std::move(st)) {}
+
+  // Synchronous, before the I/O threads start, so errors reach start()'s caller.
+  status open(const tcp::endpoint& ep) {
+    beast::error_code ec;
+    if (acceptor_.open(ep.protocol(), ec)) return io_error("open: " + ec.message());
+    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec)) return io_error("reuse_address: " + ec.message());
+    if (acceptor_.bind(ep, ec)) {
+      return io_error("bind " + ep.address().to_string() + ":" + std::to_string(ep.port()) + ": " + ec.message());
+    }
+    if (acceptor_.listen(net::socket_base::max_listen_connections, ec)) return io_error("listen: " + ec.message());
+    auto local = acceptor_.local_endpoint(ec);
+    if (ec) return io_error("local_endpoint: " + ec.message());
+    port_ = local.port();
+    return {};
+  }
+
+  uint16_t port() const { return port_; }
+
+  void run() { do_accept(); }
+
+  void close() {
+    net::post(acceptor_.get_executor(), [self = shared_from_this()] {
+      beast::error_code ec;
+      self->acceptor_.close(ec);  // already closed is fine
+      self->backoff_.cancel();
+    });
+  }
+
+ private:
+  void do_accept() {
+    // Each connection gets its own strand, so its handlers never run concurrently.
+    acceptor_.async_accept(net::make_strand(ioc_), beast::bind_front_handler(&listener::on_accept, shared_from_this()));
+  }
+
+  void on_accept(beast::error_code ec, tcp::socket socket) {
+    if (!acceptor_.is_open() || st_->stopping) return;
+    if (ec) {
+      // Out of file descriptors and similar: retrying at once would spin a core, and
+      // the condition usually clears as connections close.
+      backoff_.expires_after(std::chrono::milliseconds(50));
+      backoff_.async_wait([self = shared_from_this()](beast::error_code ec) {
+        if (!ec) self->do_accept();
+      });
+      return;
+    }
+    std::make_shared<session>(std::move(socket), st_)->run();
+    do_accept();
+  }
+
+  net::io_context& ioc_;
+  tcp::acceptor acceptor_;
+  net::steady_timer backoff_;
+  std::shared_ptr<shared_state> st_;
+  uint16_t port_ = 0;
+};
+
+std::string random_prefix() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(gen()));
+  return buf;
+}
+
+}  // namespace
+
+struct http_server::impl {
+  impl(http_config cfg, http_handler handler)
+      : st(std::make_shared<shared_state>(std::move(cfg), std::move(handler))), ioc(std::max(1, st->cfg.threads)) {
+    st->id_prefix = random_prefix();
+  }
+
+  std::shared_ptr<shared_state> st;
+  std::mutex lifecycle_mu;  // serialises start() and stop()
+  bool started = false;
+  bool stopped = false;
+  uint16_t port = 0;
+  // Declared after st and before listener: the listener's acceptor must die before
+  // the io_context, and sessions destroyed by the io_context still need st.
+  net::io_context ioc;
+  // Keeps ioc.run() from returning while stop() still posts on_stop() to sessions:
+  // without it the threads can run out of work (acceptor closed, last handler done)
+  // just before the post, and the posted handler, holding a session, never runs.
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::shared_ptr<listener> lst;
+  std::vector<std::thread> threads;
+};
+
+http_server::http_server(http_config cfg, http_handler handler)
+    : impl_(std::make_unique<impl>(std::move(cfg), std::move(handler))) {}
+
+http_server::~http_server() { stop(); }
+
+status http_server::start() {
+  std::lock_guard lk(impl_->lifecycle_mu);
+  if (impl_->started) return internal_error("http_server already started");
+  if (!impl_->st->handler) return invalid_argument("http_server needs a handler");
+
+  const auto& cfg = impl_->st->cfg;
+  beast::error_code ec;
+  auto addr = net::ip::make_address(cfg.listen_address, ec);
+  if (ec) return invalid_argument("listen_address '" + cfg.listen_address + "': " + ec.message());
+
+  auto lst = std::make_shared<listener>(impl_->ioc, impl_->st);
+  if (status s = lst->open(tcp::endpoint(addr, cfg.port)); !s.ok()) return s;
+  impl_->port = lst->port();
+  impl_->lst = std::move(lst);
+  impl_->lst->run();
+  impl_->work.emplace(impl_->ioc.get_executor());
+  impl_->started = true;
+
+  const int n = std::max(1, cfg.threads);
+  impl_->threads.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  }
+  return {};
+}
+
+void http_server::stop() {
+  std::lock_guard lk(impl_->lifecycle_mu);
+  if (!impl_->started || impl_->stopped) {
+    impl_->stopped = true;
+    return;
+  }
+  impl_->stopped = true;
+  auto& st = *impl_->st;
+
+  // Set `stopping` under the session mutex: a session registering after we take the
+  // snapshot below sees the flag in its first do_read and closes itself.
+  std::vector<std::shared_ptr<session>> live;
+  {
+    std::lock_guard slk(st.mu);
+    st.stopping = true;
+    for (auto& [_, w] : st.sessions) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+  }
+  impl_->lst->close();
+  for (auto& s : live) {
+    net::post(s->executor(), [s] { s->on_stop(); });
+  }
+  live.clear();  // our references must not keep sessions alive while we wait
+
+  {
+    std::unique_lock slk(st.mu);
+    st.sessions_done.wait_for(slk, st.cfg.shutdown_grace, [&] { return st.sessions.empty(); });
+  }
+  // Whatever is still running after the grace period is abandoned: its handlers are
+  // destroyed with the io_context, which closes the sockets.
+  impl_->work.reset();
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) {
+    if (t.get_id() == std::this_thread::get_id()) {
+      // stop() called from a handler (not supported: it waits out the whole grace for
+      // its own request). Joining ourselves would throw; detaching is the lesser evil.
+      t.detach();
+    } else if (t.joinable()) {
+      t.join();
+    }
+  }
+  impl_->threads.clear();
+}
+
+uint16_t http_server::port() const { return impl_->port; }
+
+}  // namespace kstate::server
