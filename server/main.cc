@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <thread>
 #include <cstdio>
 #include <iostream>
 #include <spdlog/spdlog.h>
@@ -11,29 +13,7 @@
 #include "server/app.h"
 #include "server/config.h"
 
-namespace {
 
-int wait_for_signal(kstate::server::app& a) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  timespec tick{0, 200'000'000};
-  for (;;) {
-    int sig = sigtimedwait(&set, nullptr, &tick);
-    if (sig == SIGTERM || sig == SIGINT) {
-      spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      return 0;
-    }
-    auto fatal = a.fatal_error();
-    if (!fatal.empty()) {
-      spdlog::critical("ingest stopped: {}", fatal);
-      return 1;
-    }
-  }
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App cli{"kstate: query the state that lives in Kafka"};
@@ -87,14 +67,30 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto& a = *created.value();
+  // One thread takes SIGTERM/SIGINT synchronously, at any time, even during start.
+  std::atomic<bool> signalled{false};
+  std::thread signals([&] {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0 && (sig == SIGTERM || sig == SIGINT)) {
+      signalled = true;
+      spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      a.request_stop();
+    }
+  });
+  int rc = 0;
   if (auto s = a.start(); !s.ok()) {
-    spdlog::critical("cannot start: {}", s.message());
-    a.stop();
-    return 1;
+    if (!signalled) {
+      spdlog::critical("cannot start: {}", s.message());
+      rc = 1;
+    }
+  } else {
+    rc = a.wait();
   }
-  int rc = wait_for_signal(a);
   a.begin_drain();
   a.stop();
+  // Wake the signal thread if it is still waiting (fatal error or failed start).
+  if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
   spdlog::info("stopped");
   return rc;
 }

@@ -28,6 +28,12 @@ std::shared_ptr<spdlog::logger> log() {
 
 // librdkafka's logs, routed into the ingest logger with matching levels.
 void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
+  // Group commits are informational (positions live in RocksDB); a commit refused
+  // during a rebalance is expected and not worth a warning.
+  if (std::string_view(fac) == "COMMITFAIL") {
+    log()->debug("librdkafka {}: {}", fac, buf);
+    return;
+  }
   auto lvl = level <= 3 ? spdlog::level::err : level == 4 ? spdlog::level::warn
            : level <= 6 ? spdlog::level::info : spdlog::level::debug;
   log()->log(lvl, "librdkafka {}: {}", fac, buf);
@@ -52,6 +58,7 @@ struct engine::impl {
   std::vector<view_def> views;
   storage::db& db;
   ownership_registry& ownership;
+  change_notifier* notifier = nullptr;
   ingest_stats stats;
 
   rd_kafka_t* consumer = nullptr;
@@ -60,6 +67,7 @@ struct engine::impl {
   std::thread thread;
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
+  std::atomic<bool> aborting{false};
   mutable std::mutex fatal_mu;
   std::string fatal;
   std::set<std::string> topics;
@@ -104,6 +112,8 @@ struct engine::impl {
 
   status create_consumer() {
     conf_ptr conf(rd_kafka_conf_new());
+    // A default the kafka: map may change.
+    if (auto s = set_prop(conf.get(), "isolation.level", "read_committed"); !s.ok()) return s;
     if (auto s = common_conf(conf.get()); !s.ok()) return s;
     const std::pair<const char*, std::string> fixed[] = {
         {"group.id", cfg.application_id},
@@ -113,7 +123,6 @@ struct engine::impl {
         {"enable.auto.offset.store", "false"},
         {"auto.offset.reset", "earliest"},
         {"enable.partition.eof", "true"},
-        {"isolation.level", "read_committed"},
     };
     for (const auto& [k, v] : fixed)
       if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
@@ -131,10 +140,10 @@ struct engine::impl {
 
   status create_dlq_producer() {
     conf_ptr conf(rd_kafka_conf_new());
+    if (auto s = set_prop(conf.get(), "linger.ms", "5"); !s.ok()) return s;  // the kafka: map may change it
     if (auto s = common_conf(conf.get()); !s.ok()) return s;
     // Idempotent: retries inside librdkafka never duplicate a dead letter.
     if (auto s = set_prop(conf.get(), "enable.idempotence", "true"); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "linger.ms", "5"); !s.ok()) return s;
     rd_kafka_conf_set_opaque(conf.get(), this);
     rd_kafka_conf_set_dr_msg_cb(conf.get(), [](rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
       auto* self = static_cast<impl*>(opaque);
@@ -154,7 +163,8 @@ struct engine::impl {
     const rd_kafka_metadata_t* md = nullptr;
     auto deadline = std::chrono::steady_clock::now() + cfg.startup_timeout;
     rd_kafka_resp_err_t err;
-    while ((err = rd_kafka_metadata(rk, 1, nullptr, &md, 5000)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    while ((err = rd_kafka_metadata(rk, 1, nullptr, &md, 1000)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      if (aborting) return unavailable("start aborted");
       if (std::chrono::steady_clock::now() > deadline)
         return unavailable(std::string("cannot reach Kafka at ") + cfg.bootstrap_servers + ": " + rd_kafka_err2str(err));
       log()->warn("metadata request failed ({}), retrying", rd_kafka_err2str(err));
@@ -296,6 +306,7 @@ struct engine::impl {
         return false;
       }
       ++stats.batches;
+      if (notifier) notifier->notify();
     }
     for (const auto& [tp, c] : builder->partition_counts()) {
       stats.applied += c.applied;
@@ -385,8 +396,9 @@ struct engine::impl {
 };
 
 engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, ownership_registry& ownership,
-               prometheus::Registry* metrics)
+               prometheus::Registry* metrics, change_notifier* notifier)
     : impl_(std::make_unique<impl>(std::move(cfg), std::move(views), db, ownership)) {
+  impl_->notifier = notifier;
   if (metrics) {
     impl_->m_consumed = &prometheus::BuildCounter().Name("kstate_ingest_records_consumed_total")
                              .Help("Records consumed from source topics").Register(*metrics);
@@ -447,6 +459,8 @@ void engine::stop() {
   i.ownership.revoke_all();
   log()->info("stopped after consuming {} records", i.stats.consumed.load());
 }
+
+void engine::abort_start() { impl_->aborting = true; }
 
 const ingest_stats& engine::stats() const { return impl_->stats; }
 

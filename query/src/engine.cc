@@ -1,5 +1,8 @@
 #include "query/engine.h"
 
+#include <algorithm>
+#include <queue>
+
 #include "core/value_codec.h"
 
 namespace kstate::query {
@@ -24,6 +27,34 @@ const view_def* engine::find_store(std::string_view name) const {
   return nullptr;
 }
 
+template <typename T>
+std::optional<query_result<T>> engine::require_partition(const view_def& v, int32_t partition) const {
+  using R = query_result<T>;
+  auto topic = ownership_.topic(v.topic);
+  const partition_state* ps = nullptr;
+  if (topic) {
+    auto it = topic->partitions.find(partition);
+    if (it != topic->partitions.end()) ps = &it->second;
+  }
+  if (!ps || !ps->assigned)
+    return R::fail(failure_reason::not_active,
+                   "partition " + std::to_string(partition) + " of '" + v.topic + "' is not assigned to this instance");
+  if (!ps->ready)
+    return R::fail(failure_reason::not_up_to_date,
+                   "partition " + std::to_string(partition) + " of '" + v.topic + "' is catching up");
+  return std::nullopt;
+}
+
+template <typename T>
+std::optional<query_result<T>> engine::require_all_partitions(const view_def& v, int32_t& count) const {
+  count = ownership_.partition_count(v.topic);
+  if (count <= 0)
+    return query_result<T>::fail(failure_reason::not_up_to_date, "partition count of '" + v.topic + "' not known yet");
+  for (int32_t p = 0; p < count; ++p)
+    if (auto f = require_partition<T>(v, p)) return f;
+  return std::nullopt;
+}
+
 query_result<key_answer> engine::get(const key_query& q) const {
   using R = query_result<key_answer>;
   const auto* view = find_store(q.store);
@@ -36,19 +67,7 @@ query_result<key_answer> engine::get(const key_query& q) const {
   int32_t count = ownership_.partition_count(view->topic);
   if (count <= 0) return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
   int32_t partition = part_fn->second(q.key, count);
-
-  auto topic = ownership_.topic(view->topic);
-  const partition_state* ps = nullptr;
-  if (topic) {
-    auto it = topic->partitions.find(partition);
-    if (it != topic->partitions.end()) ps = &it->second;
-  }
-  if (!ps || !ps->assigned)
-    return R::fail(failure_reason::not_active, "partition " + std::to_string(partition) + " of '" + view->topic +
-                                                   "' is not assigned to this instance");
-  if (!ps->ready)
-    return R::fail(failure_reason::not_up_to_date, "partition " + std::to_string(partition) + " of '" + view->topic +
-                                                       "' is catching up");
+  if (auto f = require_partition<key_answer>(*view, partition)) return *f;
 
   auto got = db_.get(*vid, partition, q.key);
   if (!got.ok()) return R::fail(failure_reason::store_exception, got.error().to_string());
@@ -64,6 +83,246 @@ query_result<key_answer> engine::get(const key_query& q) const {
   return R::success(std::move(a));
 }
 
+query_result<batch_answer> engine::get_many(std::string_view store, const std::vector<std::string>& keys) const {
+  using R = query_result<batch_answer>;
+  const auto* view = find_store(store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
+  auto vid = db_.find_view(view->name);
+  auto part_fn = partitioners_.find(view->name);
+  if (!vid || part_fn == partitioners_.end()) return R::fail(failure_reason::store_exception, "store is not open");
+  int32_t count = ownership_.partition_count(view->topic);
+  if (count <= 0) return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
+
+  std::vector<std::pair<int32_t, std::string>> located;
+  located.reserve(keys.size());
+  for (const auto& k : keys) {
+    int32_t p = part_fn->second(k, count);
+    if (auto f = require_partition<batch_answer>(*view, p)) return *f;
+    located.emplace_back(p, k);
+  }
+  auto snap = db_.read_snapshot();
+  auto values = snap->multi_get(*vid, located);
+  if (!values.ok()) return R::fail(failure_reason::store_exception, values.error().to_string());
+  batch_answer a;
+  a.entries.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    batch_entry e{keys[i], std::nullopt, -1, located[i].first};
+    if ((*values)[i]) {
+      auto f = unframe_value(*(*values)[i]);
+      if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
+      e.value = std::string(f->value);
+      e.offset = f->offset;
+    }
+    if (!a.pos.count(e.partition)) {
+      auto pos = snap->position(*vid, e.partition);
+      if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
+      a.pos[e.partition] = pos->value_or(0);
+    }
+    a.entries.push_back(std::move(e));
+  }
+  return R::success(std::move(a));
+}
+
+namespace {
+
+// The smallest byte string greater than every string starting with `prefix`, or
+// nullopt when there is none (the prefix is all 0xff bytes).
+std::optional<std::string> prefix_successor(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& last = prefix.back();
+    if (static_cast<unsigned char>(last) != 0xff) {
+      last = static_cast<char>(static_cast<unsigned char>(last) + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::nullopt;
+}
+
+void tighten_lower(std::optional<std::string>& lower, const std::string& candidate) {
+  if (!lower || *lower < candidate) lower = candidate;
+}
+void tighten_upper(std::optional<std::string>& upper, const std::string& candidate) {
+  if (!upper || candidate < *upper) upper = candidate;
+}
+
+class merged_range final : public range_stream {
+ public:
+  merged_range(std::shared_ptr<const storage::snapshot> snap, storage::view_id view, int32_t partitions,
+               std::optional<std::string> lower, std::optional<std::string> upper, bool descending)
+      : snap_(std::move(snap)), descending_(descending), heap_(order{this}) {
+    bool empty = lower && upper && !(*lower < *upper);
+    for (int32_t p = 0; p < partitions; ++p) {
+      auto pos = snap_->position(view, p);
+      if (!pos.ok()) {
+        error_ = pos.error();
+        return;
+      }
+      pos_[p] = pos->value_or(0);
+      if (empty) continue;
+      its_.push_back(snap_->scan(view, p, lower, upper, descending));
+      parts_.push_back(p);
+      if (its_.back()->valid()) heap_.push(its_.size() - 1);
+      else if (!its_.back()->error().ok()) error_ = its_.back()->error();
+    }
+  }
+
+  bool next(std::vector<range_entry>& out, size_t max) override {
+    for (size_t n = 0; n < max; ++n) {
+      if (!error_.ok() || heap_.empty()) return false;
+      size_t i = heap_.top();
+      heap_.pop();
+      auto& it = *its_[i];
+      auto f = unframe_value(it.value());
+      if (!f) {
+        error_ = status(status_code::corruption, "stored value is shorter than its frame");
+        return false;
+      }
+      out.push_back(range_entry{std::string(it.key()), std::string(f->value), f->offset, parts_[i]});
+      it.next();
+      if (it.valid()) heap_.push(i);
+      else if (!it.error().ok()) error_ = it.error();
+    }
+    return error_.ok() && !heap_.empty();
+  }
+
+  const position& pos() const override { return pos_; }
+  status error() const override { return error_; }
+
+ private:
+  // Heap order: the iterator whose current key comes first in the iteration order is
+  // on top. Keys are unique across partitions; partition breaks ties anyway.
+  struct order {
+    const merged_range* self;
+    bool operator()(size_t a, size_t b) const {
+      auto ka = self->its_[a]->key(), kb = self->its_[b]->key();
+      int c = ka.compare(kb);
+      if (c == 0) return self->parts_[a] > self->parts_[b];
+      return self->descending_ ? c < 0 : c > 0;
+    }
+  };
+
+  std::shared_ptr<const storage::snapshot> snap_;
+  bool descending_;
+  std::vector<std::unique_ptr<storage::partition_iterator>> its_;
+  std::vector<int32_t> parts_;
+  std::priority_queue<size_t, std::vector<size_t>, order> heap_;
+  position pos_;
+  status error_;
+};
+
+}  // namespace
+
+query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query& q) const {
+  using R = query_result<std::unique_ptr<range_stream>>;
+  const auto* view = find_store(q.store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
+  auto vid = db_.find_view(view->name);
+  if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
+  int32_t count = 0;
+  if (auto f = require_all_partitions<std::unique_ptr<range_stream>>(*view, count)) return std::move(*f);
+
+  std::optional<std::string> lower = q.from, upper = q.to;
+  if (q.prefix) {
+    tighten_lower(lower, *q.prefix);
+    if (auto succ = prefix_successor(*q.prefix)) tighten_upper(upper, *succ);
+  }
+  if (q.after) {
+    if (q.descending) tighten_upper(upper, *q.after);
+    else tighten_lower(lower, *q.after + std::string(1, '\0'));  // the next key after `after`
+  }
+  std::unique_ptr<range_stream> s =
+      std::make_unique<merged_range>(db_.read_snapshot(), *vid, count, lower, upper, q.descending);
+  if (!s->error().ok()) return R::fail(failure_reason::store_exception, s->error().to_string());
+  return R::success(std::move(s));
+}
+
+query_result<range_answer> engine::range(const range_query& q, size_t limit) const {
+  using R = query_result<range_answer>;
+  auto opened = open_range(q);
+  if (!opened.ok()) return R::fail(*opened.failure, opened.message);
+  auto& s = **opened.answer;
+  range_answer a;
+  a.entries.reserve(std::min<size_t>(limit + 1, 1024));
+  s.next(a.entries, limit + 1);  // one more than asked tells whether more exist
+  if (!s.error().ok()) return R::fail(failure_reason::store_exception, s.error().to_string());
+  if (a.entries.size() > limit) {
+    a.entries.pop_back();
+    a.more = true;
+  }
+  a.pos = s.pos();
+  return R::success(std::move(a));
+}
+
+query_result<count_answer> engine::count(std::string_view store, uint64_t exact_limit) const {
+  using R = query_result<count_answer>;
+  const auto* view = find_store(store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
+  auto vid = db_.find_view(view->name);
+  if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
+  int32_t partitions = 0;
+  if (auto f = require_all_partitions<count_answer>(*view, partitions)) return *f;
+  auto stats = db_.stats(*vid);
+  if (!stats.ok()) return R::fail(failure_reason::store_exception, stats.error().to_string());
+  count_answer a;
+  auto snap = db_.read_snapshot();
+  for (int32_t p = 0; p < partitions; ++p) {
+    auto pos = snap->position(*vid, p);
+    if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
+    a.pos[p] = pos->value_or(0);
+  }
+  if (stats->estimated_keys > exact_limit) {
+    a.count = stats->estimated_keys;
+    a.exact = false;
+    return R::success(std::move(a));
+  }
+  for (int32_t p = 0; p < partitions; ++p) {
+    auto it = snap->scan(*vid, p, std::nullopt, std::nullopt, false);
+    for (; it->valid(); it->next()) ++a.count;
+    if (!it->error().ok()) return R::fail(failure_reason::store_exception, it->error().to_string());
+  }
+  a.exact = true;
+  return R::success(std::move(a));
+}
+
+query_result<position> engine::current_position(std::string_view store) const {
+  using R = query_result<position>;
+  const auto* view = find_store(store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
+  auto vid = db_.find_view(view->name);
+  if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
+  position out;
+  auto t = ownership_.topic(view->topic);
+  if (!t) return R::success(std::move(out));
+  auto snap = db_.read_snapshot();
+  for (const auto& [p, st] : t->partitions) {
+    if (!st.assigned) continue;
+    auto pos = snap->position(*vid, p);
+    if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
+    out[p] = pos->value_or(0);
+  }
+  return R::success(std::move(out));
+}
+
+query_result<bool> engine::reached(std::string_view store, const position& bound) const {
+  using R = query_result<bool>;
+  const auto* view = find_store(store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
+  auto vid = db_.find_view(view->name);
+  if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
+  auto snap = db_.read_snapshot();
+  for (const auto& [p, offset] : bound) {
+    if (auto f = require_partition<bool>(*view, p)) {
+      // A partition still catching up may reach the bound; one not held here never will.
+      if (f->failure == failure_reason::not_active) return *f;
+    }
+    auto pos = snap->position(*vid, p);
+    if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
+    if (pos->value_or(0) <= offset) return R::success(false);
+  }
+  return R::success(true);
+}
+
 query_result<store_info> engine::describe(std::string_view store) const {
   using R = query_result<store_info>;
   const auto* view = find_store(store);
@@ -72,11 +331,12 @@ query_result<store_info> engine::describe(std::string_view store) const {
   if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
   store_info info{view, ownership_.partition_count(view->topic), {}, {}};
   if (auto t = ownership_.topic(view->topic)) {
+    auto snap = db_.read_snapshot();
     for (const auto& [p, st] : t->partitions) {
       if (!st.assigned) continue;
-      auto pos = db_.stored_position(*vid, p);
-      info.partitions.push_back(partition_info{p, st.assigned, st.ready,
-                                               pos.ok() ? pos.value() : std::nullopt, st.catch_up_target});
+      auto pos = snap->position(*vid, p);
+      info.partitions.push_back(
+          partition_info{p, st.assigned, st.ready, pos.ok() ? pos.value() : std::nullopt, st.catch_up_target});
     }
   }
   if (auto s = db_.stats(*vid); s.ok()) info.stats = *s;

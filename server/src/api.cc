@@ -1,34 +1,44 @@
 #include "server/api.h"
 
-#include <openssl/evp.h>
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <charconv>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/utf8.h"
+#include "query/cursor.h"
+#include "query/key_format.h"
 #include "server/problem.h"
 
 namespace kstate::server {
 namespace {
 
 using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
 
-std::string base64(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
+// ---- rendering ------------------------------------------------------------------
 
-// A value as JSON by its format: validated JSON embedded, strings as strings, bytes
-// base64.
-json render(data_format f, std::string_view bytes) {
+// Keys of bytes stores render as base64url, so they can be pasted into a URL with
+// key_format=base64url; byte values render as standard base64.
+json render_key(data_format f, std::string_view bytes) {
   switch (f) {
     case data_format::json: return json::parse(bytes.begin(), bytes.end(), nullptr, false);
     case data_format::string: return std::string(bytes);
-    case data_format::bytes: return base64(bytes);
+    case data_format::bytes: return query::base64url_encode(bytes);
+  }
+  return nullptr;
+}
+
+json render_value(data_format f, std::string_view bytes) {
+  switch (f) {
+    // Validated at ingest; embedded as JSON.
+    case data_format::json: return json::parse(bytes.begin(), bytes.end(), nullptr, false);
+    case data_format::string: return std::string(bytes);
+    case data_format::bytes: return query::base64_encode(bytes);
   }
   return nullptr;
 }
@@ -39,10 +49,22 @@ json position_json(const position& p) {
   return o;
 }
 
+// "0:12,3:40": the same position as a header value.
+std::string position_header(const position& p) {
+  std::string out;
+  for (const auto& [part, off] : p) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(part) + ':' + std::to_string(off);
+  }
+  return out;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 http_response json_response(unsigned status, const json& body) {
   http_response r;
   r.status = status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  r.body = dump(body);
   return r;
 }
 
@@ -56,130 +78,566 @@ http_response from_failure(query::failure_reason r, const std::string& msg, cons
   return problem(failure_reason::internal, msg, path);
 }
 
+// ---- parameters -----------------------------------------------------------------
+
+// Parses "p:o[,p:o...]" (offsets of records that must be applied).
+std::optional<position> parse_position(std::string_view s) {
+  position out;
+  if (s.empty()) return std::nullopt;
+  while (!s.empty()) {
+    auto comma = s.find(',');
+    auto item = s.substr(0, comma);
+    auto colon = item.find(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    int32_t p;
+    int64_t o;
+    auto ps = item.substr(0, colon), os = item.substr(colon + 1);
+    auto r1 = std::from_chars(ps.data(), ps.data() + ps.size(), p);
+    auto r2 = std::from_chars(os.data(), os.data() + os.size(), o);
+    if (r1.ec != std::errc() || r1.ptr != ps.data() + ps.size() || ps.empty() || p < 0) return std::nullopt;
+    if (r2.ec != std::errc() || r2.ptr != os.data() + os.size() || os.empty() || o < 0) return std::nullopt;
+    out[p] = std::max(out[p], o);
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+    if (s.empty()) return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<int64_t> parse_int(std::string_view s) {
+  int64_t v;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+query::key_format default_key_format(const view_def& v) {
+  switch (v.key_format) {
+    case data_format::json: return query::key_format::json;
+    case data_format::bytes: return query::key_format::base64url;
+    case data_format::string: return query::key_format::string;
+  }
+  return query::key_format::string;
+}
+
+// Appends a length-prefixed field, so distinct queries never share a fingerprint.
+void fingerprint_add(std::string& fp, const std::optional<std::string>& v) {
+  if (!v) {
+    fp += '-';
+    return;
+  }
+  fp += std::to_string(v->size()) + ':' + *v;
+}
+
+std::string query_escape(std::string_view s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// ---- routes ---------------------------------------------------------------------
+
+struct captures {
+  std::string store, key;
+};
+
+class api;
+using route_fn = http_response (api::*)(const http_request&, const captures&) const;
+
+struct route {
+  std::string method;
+  std::vector<std::string> pattern;  // literal segments; "{store}", "{key}" capture
+  std::set<std::string> params;      // allowed query parameters
+  bool waits;                        // takes min_position / timeout_ms
+  route_fn fn;
+  std::string path_template() const {
+    std::string s;
+    for (const auto& p : pattern) s += "/" + p;
+    return s;
+  }
+};
+
 class api {
  public:
-  explicit api(api_context ctx) : ctx_(std::move(ctx)) {}
+  explicit api(api_context ctx);
+  void handle(const http_request& req, http_responder reply);
+  static const std::vector<route>& routes();
 
-  http_response handle(const http_request& req) const {
-    const auto& s = req.segments;
-    if (s.size() == 1 && s[0] == "livez") return only_get(req, [&] { return json_response(200, {{"status", "ok"}}); });
-    if (s.size() == 1 && s[0] == "readyz") return only_get(req, [&] { return readyz(); });
-    if (s.size() == 1 && s[0] == "metrics") return only_get(req, [&] { return metrics(req); });
-    if (s.size() >= 2 && s[0] == "v1" && s[1] == "stores") {
-      if (s.size() == 2) return only_get(req, [&] { return list_stores(); });
-      if (s.size() == 3) return only_get(req, [&] { return describe_store(req, s[2]); });
-      if (s.size() == 5 && s[3] == "keys") return only_get(req, [&] { return get_key(req, s[2], s[4]); });
+  http_response livez(const http_request&, const captures&) const {
+    return json_response(200, {{"status", "ok"}});
+  }
+  http_response readyz(const http_request&, const captures&) const;
+  http_response metrics(const http_request& req, const captures&) const;
+  http_response openapi(const http_request&, const captures&) const {
+    http_response r;
+    r.body = ctx_.openapi_json;
+    return r;
+  }
+  http_response list_stores(const http_request&, const captures&) const;
+  http_response describe_store(const http_request& req, const captures& c) const;
+  http_response get_key(const http_request& req, const captures& c) const;
+  http_response range(const http_request& req, const captures& c) const;
+  http_response batch_get(const http_request& req, const captures& c) const;
+  http_response count(const http_request& req, const captures& c) const;
+
+ private:
+  json store_json(const view_def& v) const;
+  // The request's key_format (or the store's default); nullopt after filling `err`.
+  std::optional<query::key_format> key_format_of(const http_request& req, const view_def& v,
+                                                 http_response& err) const;
+
+  api_context ctx_;
+  mutable std::atomic<uint32_t> open_scans_{0};
+  prometheus::Family<prometheus::Histogram>* m_duration_ = nullptr;
+  friend class scan_body;
+};
+
+const std::vector<route>& api::routes() {
+  static const std::vector<route> r = {
+      {"GET", {"livez"}, {}, false, &api::livez},
+      {"GET", {"readyz"}, {}, false, &api::readyz},
+      {"GET", {"metrics"}, {}, false, &api::metrics},
+      {"GET", {"openapi.json"}, {}, false, &api::openapi},
+      {"GET", {"v1", "stores"}, {}, false, &api::list_stores},
+      {"GET", {"v1", "stores", "{store}"}, {}, false, &api::describe_store},
+      {"GET", {"v1", "stores", "{store}", "keys", "{key}"}, {"key_format", "min_position", "timeout_ms"}, true,
+       &api::get_key},
+      {"GET",
+       {"v1", "stores", "{store}", "keys"},
+       {"from", "to", "prefix", "limit", "cursor", "order", "key_format", "min_position", "timeout_ms"},
+       true,
+       &api::range},
+      {"POST", {"v1", "stores", "{store}", "keys:batchGet"}, {"key_format", "min_position", "timeout_ms"}, true,
+       &api::batch_get},
+      {"GET", {"v1", "stores", "{store}", "count"}, {"min_position", "timeout_ms"}, true, &api::count},
+  };
+  return r;
+}
+
+api::api(api_context ctx) : ctx_(std::move(ctx)) {
+  if (ctx_.metrics) {
+    m_duration_ = &prometheus::BuildHistogram()
+                       .Name("kstate_http_request_duration_seconds")
+                       .Help("HTTP request duration by route template, method and status")
+                       .Register(*ctx_.metrics);
+  }
+}
+
+bool match(const route& r, const std::vector<std::string>& segs, captures& c) {
+  if (r.pattern.size() != segs.size()) return false;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const auto& p = r.pattern[i];
+    if (p == "{store}") c.store = segs[i];
+    else if (p == "{key}") c.key = segs[i];
+    else if (p != segs[i]) return false;
+  }
+  return true;
+}
+
+void api::handle(const http_request& req, http_responder reply) {
+  auto start = clock_type::now();
+  const route* found = nullptr;
+  captures caps;
+  std::string allow;
+  for (const auto& r : routes()) {
+    captures c;
+    if (!match(r, req.segments, c)) continue;
+    if (r.method == req.method) {
+      found = &r;
+      caps = std::move(c);
+      break;
     }
-    return problem(failure_reason::route_not_found, "no route for " + req.method + " " + req.path, req.path);
+    allow += (allow.empty() ? "" : ", ") + r.method;
+  }
+  std::string tmpl = found ? found->path_template() : "unmatched";
+  // Observe every answer once, labelled by route template (never the raw path).
+  auto finish = [this, start, tmpl, method = req.method, reply](http_response r) {
+    if (m_duration_) {
+      static const prometheus::Histogram::BucketBoundaries buckets{
+          0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+      m_duration_->Add({{"route", tmpl}, {"method", method}, {"status", std::to_string(r.status)}}, buckets)
+          .Observe(std::chrono::duration<double>(clock_type::now() - start).count());
+    }
+    reply(std::move(r));
+  };
+  if (!found) {
+    if (!allow.empty())
+      return finish(problem(failure_reason::method_not_allowed, req.method + " is not allowed on " + req.path, req.path)
+                        .with_header("Allow", allow));
+    return finish(problem(failure_reason::route_not_found, "no route for " + req.method + " " + req.path, req.path));
+  }
+  for (const auto& [k, v] : req.query) {
+    if (!found->params.count(k))
+      return finish(problem(failure_reason::unknown_parameter, "unknown query parameter '" + k + "'", req.path));
+  }
+
+  std::optional<std::string> min_pos = req.param("min_position");
+  if (!min_pos) min_pos = req.header("x-kstate-min-position");
+  if (!found->waits || !min_pos) return finish((this->*(found->fn))(req, caps));
+
+  auto bound = parse_position(*min_pos);
+  if (!bound)
+    return finish(problem(failure_reason::bad_position,
+                          "min_position must be partition:offset pairs separated by commas, e.g. 0:42,3:7", req.path));
+  auto wait = ctx_.limits.default_wait;
+  if (auto t = req.param("timeout_ms")) {
+    auto v = parse_int(*t);
+    if (!v || *v < 0 || *v > ctx_.limits.max_wait.count())
+      return finish(problem(failure_reason::bad_request,
+                            "timeout_ms must be 0.." + std::to_string(ctx_.limits.max_wait.count()), req.path));
+    wait = std::chrono::milliseconds(*v);
+  }
+  if (!ctx_.queries->find_store(caps.store))
+    return finish(problem(failure_reason::unknown_store, "no store named '" + caps.store + "'", req.path));
+  // The request is copied into the callback: it outlives this call.
+  auto fn = found->fn;
+  ctx_.waiter->wait(caps.store, *bound, clock_type::now() + wait,
+                    [this, req, caps, fn, finish](bool reached) {
+                      if (reached) return finish((this->*fn)(req, caps));
+                      auto now = ctx_.queries->current_position(caps.store);
+                      auto r = problem(failure_reason::position_not_reached,
+                                       "min_position was not applied within the timeout", req.path);
+                      if (now.ok()) {
+                        auto body = json::parse(r.body);
+                        body["position"] = position_json(*now.answer);
+                        r.body = dump(body);
+                        r.with_header("X-Kstate-Position", position_header(*now.answer));
+                      }
+                      finish(std::move(r));
+                    });
+}
+
+http_response api::readyz(const http_request&, const captures&) const {
+  bool draining = ctx_.draining && ctx_.draining->load();
+  bool ready = !draining && ctx_.ownership->all_ready();
+  json parts = json::array();
+  std::set<std::string> topics;
+  for (const auto& v : ctx_.queries->views()) topics.insert(v.topic);
+  for (const auto& topic : topics) {
+    auto t = ctx_.ownership->topic(topic);
+    if (!t) continue;
+    for (const auto& [p, st] : t->partitions)
+      if (st.assigned) parts.push_back({{"topic", topic}, {"partition", p}, {"ready", st.ready}});
+  }
+  auto r = json_response(ready ? 200 : 503, {{"ready", ready}, {"draining", draining}, {"partitions", parts}});
+  if (!ready) r.with_header("Retry-After", "1");
+  return r;
+}
+
+http_response api::metrics(const http_request& req, const captures&) const {
+  if (!ctx_.metrics) return problem(failure_reason::route_not_found, "metrics are disabled", req.path);
+  prometheus::TextSerializer ser;
+  http_response r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = ser.Serialize(ctx_.metrics->Collect());
+  return r;
+}
+
+json api::store_json(const view_def& v) const {
+  return {{"name", v.name},
+          {"kind", to_string(v.kind)},
+          {"topic", v.topic},
+          {"key_format", to_string(v.key_format)},
+          {"value_format", to_string(v.value_format)},
+          {"partitioner", v.partitioner},
+          {"partitions", ctx_.ownership->partition_count(v.topic)}};
+}
+
+http_response api::list_stores(const http_request&, const captures&) const {
+  json data = json::array();
+  for (const auto& v : ctx_.queries->views()) data.push_back(store_json(v));
+  return json_response(200, {{"data", data}, {"served_by", ctx_.instance}});
+}
+
+http_response api::describe_store(const http_request& req, const captures& c) const {
+  auto res = ctx_.queries->describe(c.store);
+  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  const auto& info = *res.answer;
+  json body = store_json(*info.def);
+  json parts = json::array();
+  position pos;
+  for (const auto& p : info.partitions) {
+    parts.push_back({{"partition", p.partition},
+                     {"ready", p.ready},
+                     {"position", p.position ? json(*p.position) : json(nullptr)},
+                     {"catch_up_target", p.catch_up_target}});
+    if (p.position) pos[p.partition] = *p.position;
+  }
+  body["assigned_partitions"] = parts;
+  body["position"] = position_json(pos);
+  body["estimated_keys"] = info.stats.estimated_keys;
+  body["size_on_disk_bytes"] = info.stats.live_sst_bytes;
+  body["memtable_bytes"] = info.stats.memtable_bytes;
+  body["served_by"] = ctx_.instance;
+  return json_response(200, body).with_header("X-Kstate-Position", position_header(pos));
+}
+
+std::optional<query::key_format> api::key_format_of(const http_request& req, const view_def& v,
+                                                    http_response& err) const {
+  auto name = req.param("key_format");
+  if (!name) return default_key_format(v);
+  query::key_format f;
+  if (!query::parse_key_format(*name, f)) {
+    err = problem(failure_reason::bad_request,
+                  "key_format must be one of: string, base64url, long, json (got '" + *name + "')", req.path);
+    return std::nullopt;
+  }
+  return f;
+}
+
+http_response api::get_key(const http_request& req, const captures& c) const {
+  const auto* view = ctx_.queries->find_store(c.store);
+  if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
+  http_response err;
+  auto fmt = key_format_of(req, *view, err);
+  if (!fmt) return err;
+  auto key = query::decode_key(*fmt, c.key);
+  if (!key.ok()) return problem(failure_reason::bad_key_encoding, key.error().message(), req.path);
+  auto res = ctx_.queries->get({c.store, *key});
+  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  const auto& a = *res.answer;
+  if (!a.value) {
+    auto r = problem(failure_reason::key_not_found, "no value for this key in store '" + c.store + "'", req.path);
+    // The absence is as fresh as the position: say which.
+    auto body = json::parse(r.body);
+    body["partition"] = a.partition;
+    body["position"] = position_json(a.pos);
+    body["served_by"] = ctx_.instance;
+    r.body = dump(body);
+    return r.with_header("X-Kstate-Position", position_header(a.pos));
+  }
+  json body{{"store", c.store},
+            {"key", render_key(view->key_format, *key)},
+            {"value", render_value(view->value_format, *a.value)},
+            {"partition", a.partition},
+            {"offset", a.offset},
+            {"position", position_json(a.pos)},
+            {"served_by", ctx_.instance}};
+  return json_response(200, body).with_header("X-Kstate-Position", position_header(a.pos));
+}
+
+// NDJSON body of a streaming scan: pieces of at most 256 entries, each pulled only when
+// the previous one is on the wire. Holds one of the limited scan slots while alive.
+class scan_body final : public body_source {
+ public:
+  scan_body(std::unique_ptr<query::range_stream> s, const view_def& v, std::atomic<uint32_t>& slots)
+      : stream_(std::move(s)), view_(v), slots_(slots) {}
+  ~scan_body() override { --slots_; }
+  bool next(std::string& out) override {
+    batch_.clear();
+    bool more = stream_->next(batch_, 256);
+    if (!stream_->error().ok()) throw std::runtime_error("scan failed: " + stream_->error().to_string());
+    for (const auto& e : batch_) {
+      out += dump(json{{"key", render_key(view_.key_format, e.key)},
+                       {"value", render_value(view_.value_format, e.value)},
+                       {"partition", e.partition},
+                       {"offset", e.offset}});
+      out += '\n';
+    }
+    return more;
   }
 
  private:
-  template <typename F>
-  http_response only_get(const http_request& req, F&& f) const {
-    if (req.method != "GET")
-      return problem(failure_reason::method_not_allowed, req.method + " is not allowed here", req.path)
-          .with_header("Allow", "GET");
-    return f();
-  }
-
-  http_response readyz() const {
-    bool draining = ctx_.draining && ctx_.draining->load();
-    bool ready = !draining && ctx_.ownership->all_ready();
-    json parts = json::array();
-    for (const auto& v : ctx_.queries->views()) {
-      auto t = ctx_.ownership->topic(v.topic);
-      if (!t) continue;
-      for (const auto& [p, st] : t->partitions)
-        if (st.assigned) parts.push_back({{"topic", v.topic}, {"partition", p}, {"ready", st.ready}});
-    }
-    auto r = json_response(ready ? 200 : 503, {{"ready", ready}, {"draining", draining}, {"partitions", parts}});
-    if (!ready) r.with_header("Retry-After", "1");
-    return r;
-  }
-
-  http_response metrics(const http_request& req) const {
-    if (!ctx_.metrics) return problem(failure_reason::route_not_found, "metrics are disabled", req.path);
-    prometheus::TextSerializer ser;
-    http_response r;
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = ser.Serialize(ctx_.metrics->Collect());
-    return r;
-  }
-
-  json store_json(const view_def& v) const {
-    return {{"name", v.name},
-            {"kind", to_string(v.kind)},
-            {"topic", v.topic},
-            {"key_format", to_string(v.key_format)},
-            {"value_format", to_string(v.value_format)},
-            {"partitioner", v.partitioner},
-            {"partitions", ctx_.ownership->partition_count(v.topic)}};
-  }
-
-  http_response list_stores() const {
-    json data = json::array();
-    for (const auto& v : ctx_.queries->views()) data.push_back(store_json(v));
-    return json_response(200, {{"data", data}, {"served_by", ctx_.instance}});
-  }
-
-  http_response describe_store(const http_request& req, const std::string& name) const {
-    auto res = ctx_.queries->describe(name);
-    if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
-    const auto& info = *res.answer;
-    json body = store_json(*info.def);
-    json parts = json::array();
-    position pos;
-    for (const auto& p : info.partitions) {
-      parts.push_back({{"partition", p.partition},
-                       {"ready", p.ready},
-                       {"position", p.position ? json(*p.position) : json(nullptr)},
-                       {"catch_up_target", p.catch_up_target}});
-      if (p.position) pos[p.partition] = *p.position;
-    }
-    body["assigned_partitions"] = parts;
-    body["position"] = position_json(pos);
-    body["estimated_keys"] = info.stats.estimated_keys;
-    body["size_on_disk_bytes"] = info.stats.live_sst_bytes;
-    body["served_by"] = ctx_.instance;
-    return json_response(200, body);
-  }
-
-  http_response get_key(const http_request& req, const std::string& store, const std::string& key) const {
-    const auto* view = ctx_.queries->find_store(store);
-    if (!view) return problem(failure_reason::unknown_store, "no store named '" + store + "'", req.path);
-    if (view->key_format == data_format::string && !valid_utf8(key))
-      return problem(failure_reason::bad_key_encoding, "the key is not valid UTF-8 (key_format string)", req.path);
-    auto res = ctx_.queries->get({store, key});
-    if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
-    const auto& a = *res.answer;
-    if (!a.value) {
-      auto r = problem(failure_reason::key_not_found, "no value for this key in store '" + store + "'", req.path);
-      // The absence is as fresh as the position: say which.
-      auto body = json::parse(r.body);
-      body["partition"] = a.partition;
-      body["position"] = position_json(a.pos);
-      body["served_by"] = ctx_.instance;
-      r.body = body.dump();
-      return r;
-    }
-    json body{{"store", store},
-              {"key", render(view->key_format, key)},
-              {"value", render(view->value_format, *a.value)},
-              {"partition", a.partition},
-              {"offset", a.offset},
-              {"position", position_json(a.pos)},
-              {"served_by", ctx_.instance}};
-    return json_response(200, body);
-  }
-
-  api_context ctx_;
+  std::unique_ptr<query::range_stream> stream_;
+  const view_def& view_;
+  std::atomic<uint32_t>& slots_;
+  std::vector<query::range_entry> batch_;
 };
+
+enum class media { json, ndjson, none };
+
+media negotiate(const http_request& req, bool ndjson_ok) {
+  auto accept = req.header("accept");
+  if (!accept || accept->empty()) return media::json;
+  const auto& a = *accept;
+  if (ndjson_ok && a.find("application/x-ndjson") != std::string::npos) return media::ndjson;
+  if (a.find("application/json") != std::string::npos || a.find("*/*") != std::string::npos ||
+      a.find("application/*") != std::string::npos || a.find("application/problem+json") != std::string::npos)
+    return media::json;
+  return media::none;
+}
+
+http_response api::range(const http_request& req, const captures& c) const {
+  const auto* view = ctx_.queries->find_store(c.store);
+  if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
+  auto m = negotiate(req, true);
+  if (m == media::none)
+    return problem(failure_reason::not_acceptable, "this route answers application/json or application/x-ndjson",
+                   req.path);
+  http_response err;
+  auto fmt = key_format_of(req, *view, err);
+  if (!fmt) return err;
+
+  query::range_query q;
+  q.store = c.store;
+  for (auto [name, field] : {std::pair{"from", &q.from}, std::pair{"to", &q.to}, std::pair{"prefix", &q.prefix}}) {
+    if (auto v = req.param(name)) {
+      auto k = query::decode_key(*fmt, *v);
+      if (!k.ok()) return problem(failure_reason::bad_key_encoding, std::string(name) + ": " + k.error().message(), req.path);
+      *field = *k;
+    }
+  }
+  auto order = req.param("order").value_or("asc");
+  if (order != "asc" && order != "desc")
+    return problem(failure_reason::bad_request, "order must be asc or desc (got '" + order + "')", req.path);
+  q.descending = order == "desc";
+
+  uint32_t limit = ctx_.limits.default_limit;
+  if (auto l = req.param("limit")) {
+    auto v = parse_int(*l);
+    if (!v || *v < 1 || *v > ctx_.limits.max_limit)
+      return problem(failure_reason::bad_limit, "limit must be 1.." + std::to_string(ctx_.limits.max_limit), req.path);
+    limit = static_cast<uint32_t>(*v);
+  }
+
+  std::string fp = c.store + '\0' + order + '\0';
+  fingerprint_add(fp, q.from);
+  fingerprint_add(fp, q.to);
+  fingerprint_add(fp, q.prefix);
+  if (auto cur = req.param("cursor")) {
+    auto decoded = query::decode_cursor(*cur, fp);
+    if (!decoded.ok()) return problem(failure_reason::bad_cursor, decoded.error().message(), req.path);
+    q.after = decoded->last_key;
+  }
+
+  if (m == media::ndjson) {
+    if (open_scans_.fetch_add(1) >= ctx_.limits.max_concurrent_scans) {
+      --open_scans_;
+      return problem(failure_reason::scan_capacity, "too many scans in progress; retry shortly", req.path);
+    }
+    auto opened = ctx_.queries->open_range(q);
+    if (!opened.ok()) {
+      --open_scans_;
+      return from_failure(*opened.failure, opened.message, req.path);
+    }
+    http_response r;
+    r.content_type = "application/x-ndjson";
+    r.with_header("X-Kstate-Position", position_header((*opened.answer)->pos()));
+    r.stream = std::make_shared<scan_body>(std::move(*opened.answer), *view, open_scans_);
+    return r;
+  }
+
+  auto res = ctx_.queries->range(q, limit);
+  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  const auto& a = *res.answer;
+  json data = json::array();
+  for (const auto& e : a.entries)
+    data.push_back({{"key", render_key(view->key_format, e.key)},
+                    {"value", render_value(view->value_format, e.value)},
+                    {"partition", e.partition},
+                    {"offset", e.offset}});
+  json next = nullptr;
+  std::string link;
+  if (a.more && !a.entries.empty()) {
+    auto token = query::encode_cursor({a.entries.back().key}, fp);
+    next = token;
+    // The same query with the new cursor; every other parameter kept as given.
+    std::string target = req.path + "?";
+    bool first = true;
+    for (const auto& [k, v] : req.query) {
+      if (k == "cursor") continue;
+      target += (first ? "" : "&") + query_escape(k) + "=" + query_escape(v);
+      first = false;
+    }
+    target += (first ? "" : "&") + std::string("cursor=") + token;
+    link = "<" + target + ">; rel=\"next\"";
+  }
+  auto r = json_response(200, {{"data", data},
+                               {"metadata", {{"next", next}, {"position", position_json(a.pos)}}},
+                               {"served_by", ctx_.instance}});
+  r.with_header("X-Kstate-Position", position_header(a.pos));
+  if (!link.empty()) r.with_header("Link", link);
+  return r;
+}
+
+http_response api::batch_get(const http_request& req, const captures& c) const {
+  const auto* view = ctx_.queries->find_store(c.store);
+  if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
+  auto ct = req.header("content-type").value_or("");
+  if (ct.rfind("application/json", 0) != 0)
+    return problem(failure_reason::unsupported_media, "send the body as application/json", req.path);
+  if (negotiate(req, false) == media::none)
+    return problem(failure_reason::not_acceptable, "this route answers application/json", req.path);
+  auto body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("keys") || !body["keys"].is_array())
+    return problem(failure_reason::bad_body, R"(expected {"keys": ["k1", "k2", ...]})", req.path);
+  for (const auto& [k, v] : body.items())
+    if (k != "keys" && k != "key_format")
+      return problem(failure_reason::bad_body, "unknown field '" + k + "' in the body", req.path);
+  const auto& keys = body["keys"];
+  if (keys.size() > ctx_.limits.max_batch_keys)
+    return problem(failure_reason::payload_too_large,
+                   "at most " + std::to_string(ctx_.limits.max_batch_keys) + " keys per batch", req.path);
+  http_response err;
+  auto fmt = key_format_of(req, *view, err);
+  if (!fmt) return err;
+  if (body.contains("key_format")) {
+    query::key_format f;
+    if (!body["key_format"].is_string() || !query::parse_key_format(body["key_format"].get<std::string>(), f))
+      return problem(failure_reason::bad_body, "key_format must be one of: string, base64url, long, json", req.path);
+    fmt = f;
+  }
+  std::vector<std::string> decoded;
+  decoded.reserve(keys.size());
+  for (const auto& k : keys) {
+    // json keys may be given as JSON values; every other format as strings.
+    std::string text;
+    if (k.is_string()) text = k.get<std::string>();
+    else if (*fmt == query::key_format::json) text = k.dump();
+    else return problem(failure_reason::bad_body, "keys must be strings", req.path);
+    auto d = query::decode_key(*fmt, text);
+    if (!d.ok()) return problem(failure_reason::bad_key_encoding, d.error().message(), req.path);
+    decoded.push_back(std::move(*d));
+  }
+  auto res = ctx_.queries->get_many(c.store, decoded);
+  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  json data = json::array(), missing = json::array();
+  for (const auto& e : res.answer->entries) {
+    if (e.value)
+      data.push_back({{"key", render_key(view->key_format, e.key)},
+                      {"value", render_value(view->value_format, *e.value)},
+                      {"partition", e.partition},
+                      {"offset", e.offset}});
+    else missing.push_back(render_key(view->key_format, e.key));
+  }
+  return json_response(200, {{"data", data},
+                             {"missing", missing},
+                             {"metadata", {{"position", position_json(res.answer->pos)}}},
+                             {"served_by", ctx_.instance}})
+      .with_header("X-Kstate-Position", position_header(res.answer->pos));
+}
+
+http_response api::count(const http_request& req, const captures& c) const {
+  auto res = ctx_.queries->count(c.store, ctx_.limits.exact_count_limit);
+  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  return json_response(200, {{"store", c.store},
+                             {"count", res.answer->count},
+                             {"exact", res.answer->exact},
+                             {"metadata", {{"position", position_json(res.answer->pos)}}},
+                             {"served_by", ctx_.instance}})
+      .with_header("X-Kstate-Position", position_header(res.answer->pos));
+}
 
 }  // namespace
 
-http_handler make_api_handler(api_context ctx) {
+std::vector<route_info> api_routes() {
+  std::vector<route_info> out;
+  for (const auto& r : api::routes()) out.push_back({r.method, r.path_template()});
+  return out;
+}
+
+async_http_handler make_api_handler(api_context ctx) {
   auto a = std::make_shared<api>(std::move(ctx));
-  return [a](const http_request& req) { return a->handle(req); };
+  return [a](const http_request& req, http_responder reply) { a->handle(req, std::move(reply)); };
 }
 
 }  // namespace kstate::server

@@ -3,10 +3,16 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
+#include <mutex>
+
 #include "ingest/engine.h"
+#include "core/notifier.h"
 #include "ingest/partitioner.h"
+#include "query/freshness.h"
 #include "server/api.h"
 #include "server/http_server.h"
+#include "openapi_json.h"
 #include "storage/db.h"
 
 namespace kstate::server {
@@ -15,12 +21,18 @@ struct app::impl {
   app_config cfg;
   std::shared_ptr<prometheus::Registry> metrics = std::make_shared<prometheus::Registry>();
   ownership_registry ownership;
+  change_notifier notifier;
   std::atomic<bool> draining{false};
   std::unique_ptr<storage::db> db;
   std::unique_ptr<query::engine> queries;
+  std::unique_ptr<query::freshness_waiter> waiter;
   std::unique_ptr<ingest::engine> ingest;
   std::unique_ptr<http_server> http;
   bool stopped = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop_requested = false;
+  ingest::engine* starting_ingest = nullptr;  // guarded by mu
 };
 
 app::app(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
@@ -48,21 +60,59 @@ status app::start() {
   if (!opened.ok()) return opened.error();
   i.db = std::move(opened.value());
   i.queries = std::make_unique<query::engine>(i.cfg.views, *i.db, i.ownership, std::move(partitioners));
+  i.waiter = std::make_unique<query::freshness_waiter>(*i.queries, i.notifier);
 
-  i.http = std::make_unique<http_server>(
-      i.cfg.http, make_api_handler(api_context{i.queries.get(), &i.ownership, i.metrics.get(),
-                                                i.cfg.advertised_endpoint, &i.draining}));
+  api_context ctx;
+  ctx.queries = i.queries.get();
+  ctx.waiter = i.waiter.get();
+  ctx.ownership = &i.ownership;
+  ctx.metrics = i.metrics.get();
+  ctx.instance = i.cfg.advertised_endpoint;
+  ctx.draining = &i.draining;
+  ctx.openapi_json = std::string(openapi_json());
+  ctx.limits = i.cfg.query;
+  i.http = std::make_unique<http_server>(i.cfg.http, make_api_handler(std::move(ctx)));
   if (auto s = i.http->start(); !s.ok()) return s;
   if (i.cfg.http.port == 0)  // report the port actually bound
     i.cfg.advertised_endpoint = "http://" + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());
 
-  i.ingest = std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get());
-  if (auto s = i.ingest->start(); !s.ok()) return s;
+  i.ingest = std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(),
+                                              &i.notifier);
+  {
+    std::lock_guard lock(i.mu);
+    if (i.stop_requested) return unavailable("stop requested during start");
+    i.starting_ingest = i.ingest.get();
+  }
+  auto started = i.ingest->start();
+  {
+    std::lock_guard lock(i.mu);
+    i.starting_ingest = nullptr;
+  }
+  if (!started.ok()) return started;
   spdlog::info("kstate serving {} store(s) on {}", i.cfg.views.size(), i.cfg.advertised_endpoint);
   return status::ok_status();
 }
 
 void app::begin_drain() { impl_->draining = true; }
+
+void app::request_stop() {
+  std::lock_guard lock(impl_->mu);
+  impl_->stop_requested = true;
+  if (impl_->starting_ingest) impl_->starting_ingest->abort_start();
+  impl_->cv.notify_all();
+}
+
+int app::wait() {
+  std::unique_lock lock(impl_->mu);
+  for (;;) {
+    if (impl_->stop_requested) return 0;
+    if (!fatal_error().empty()) {
+      spdlog::critical("ingest stopped: {}", fatal_error());
+      return 1;
+    }
+    impl_->cv.wait_for(lock, std::chrono::milliseconds(200));
+  }
+}
 
 void app::stop() {
   auto& i = *impl_;
@@ -71,6 +121,9 @@ void app::stop() {
   i.draining = true;
   if (i.http) i.http->stop();
   if (i.ingest) i.ingest->stop();
+  // Pending min_position waits are answered (503) while the handler still exists.
+  i.waiter.reset();
+  i.http.reset();
   if (i.db) {
     if (auto s = i.db->flush(); !s.ok()) spdlog::warn("flushing state on shutdown: {}", s.to_string());
   }

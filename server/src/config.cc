@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <regex>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -96,7 +97,7 @@ app_config parse(const YAML::Node& root) {
   app_config c;
   if (!root || root.IsNull()) fail("", "the configuration is empty");
   check_keys(root, "", {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest",
-                        "rocksdb", "kafka", "views"});
+                        "rocksdb", "kafka", "views", "query"});
   if (!root["application_id"]) fail("application_id", "is required");
   c.application_id = get_string(root["application_id"], "application_id");
   if (!std::regex_match(c.application_id, name_pattern()))
@@ -134,6 +135,28 @@ app_config parse(const YAML::Node& root) {
       c.ingest.startup_timeout = std::chrono::milliseconds(get_number<int64_t>(i["startup_timeout_ms"], "ingest.startup_timeout_ms", 100, 3'600'000));
     if (i["client_id"]) c.ingest.client_id = get_string(i["client_id"], "ingest.client_id");
   }
+  if (auto q = root["query"]) {
+    check_keys(q, "query", {"default_limit", "max_limit", "max_batch_keys", "max_concurrent_scans",
+                            "exact_count_limit", "default_wait_ms", "max_wait_ms"});
+    if (q["max_limit"]) c.query.max_limit = get_number<uint32_t>(q["max_limit"], "query.max_limit", 1, 1'000'000);
+    if (q["default_limit"])
+      c.query.default_limit = get_number<uint32_t>(q["default_limit"], "query.default_limit", 1, c.query.max_limit);
+    if (c.query.default_limit > c.query.max_limit)
+      fail("query.default_limit", "must not exceed query.max_limit (" + std::to_string(c.query.max_limit) + ")");
+    if (q["max_batch_keys"])
+      c.query.max_batch_keys = get_number<uint32_t>(q["max_batch_keys"], "query.max_batch_keys", 1, 100'000);
+    if (q["max_concurrent_scans"])
+      c.query.max_concurrent_scans = get_number<uint32_t>(q["max_concurrent_scans"], "query.max_concurrent_scans", 1, 10'000);
+    if (q["exact_count_limit"])
+      c.query.exact_count_limit = get_number<uint64_t>(q["exact_count_limit"], "query.exact_count_limit", 0, 1ull << 40);
+    if (q["max_wait_ms"])
+      c.query.max_wait = std::chrono::milliseconds(get_number<int64_t>(q["max_wait_ms"], "query.max_wait_ms", 0, 3'600'000));
+    if (q["default_wait_ms"])
+      c.query.default_wait = std::chrono::milliseconds(
+          get_number<int64_t>(q["default_wait_ms"], "query.default_wait_ms", 0, c.query.max_wait.count()));
+    if (c.query.default_wait > c.query.max_wait)
+      fail("query.default_wait_ms", "must not exceed query.max_wait_ms (" + std::to_string(c.query.max_wait.count()) + ")");
+  }
   if (auto r = root["rocksdb"]) {
     check_keys(r, "rocksdb", {"block_cache_mb", "write_buffer_mb", "max_write_buffers", "bloom_bits_per_key",
                               "max_background_jobs", "compression"});
@@ -153,9 +176,20 @@ app_config parse(const YAML::Node& root) {
     if (!k.IsMap()) fail("kafka", "must be a mapping of librdkafka properties");
     for (const auto& kv : k) {
       auto key = kv.first.as<std::string>();
-      static const std::set<std::string> owned{"group.id", "bootstrap.servers", "enable.auto.commit",
-                                               "enable.auto.offset.store", "partition.assignment.strategy"};
-      if (owned.count(key)) fail("kafka." + key, "is set by kstate and cannot be overridden");
+      // What kstate's correctness rests on (positions live in RocksDB, resume from the
+      // beginning without state, EOF marks readiness) or what has its own setting.
+      static const std::map<std::string, std::string> owned{
+          {"group.id", "it is application_id"},
+          {"bootstrap.servers", "use bootstrap_servers"},
+          {"client.id", "use ingest.client_id"},
+          {"enable.auto.commit", "positions are stored with the state"},
+          {"enable.auto.offset.store", "positions are stored with the state"},
+          {"auto.offset.reset", "partitions without stored state are read from the beginning"},
+          {"enable.partition.eof", "readiness depends on it"},
+          {"partition.assignment.strategy", "kstate uses cooperative-sticky"},
+          {"enable.idempotence", "dead letters are produced idempotently"}};
+      if (auto it = owned.find(key); it != owned.end())
+        fail("kafka." + key, "is set by kstate and cannot be overridden (" + it->second + ")");
       c.ingest.kafka[key] = get_string(kv.second, "kafka." + key);
     }
   }
@@ -215,6 +249,14 @@ std::string render_config(const app_config& c) {
     << YAML::Key << "max_target_bytes" << YAML::Value << c.http.max_target_bytes
     << YAML::Key << "read_timeout_ms" << YAML::Value << c.http.read_timeout.count()
     << YAML::Key << "shutdown_grace_ms" << YAML::Value << c.http.shutdown_grace.count() << YAML::EndMap;
+  e << YAML::Key << "query" << YAML::Value << YAML::BeginMap
+    << YAML::Key << "default_limit" << YAML::Value << c.query.default_limit
+    << YAML::Key << "max_limit" << YAML::Value << c.query.max_limit
+    << YAML::Key << "max_batch_keys" << YAML::Value << c.query.max_batch_keys
+    << YAML::Key << "max_concurrent_scans" << YAML::Value << c.query.max_concurrent_scans
+    << YAML::Key << "exact_count_limit" << YAML::Value << c.query.exact_count_limit
+    << YAML::Key << "default_wait_ms" << YAML::Value << c.query.default_wait.count()
+    << YAML::Key << "max_wait_ms" << YAML::Value << c.query.max_wait.count() << YAML::EndMap;
   e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap
     << YAML::Key << "max_batch_records" << YAML::Value << c.ingest.max_batch_records
     << YAML::Key << "max_batch_delay_ms" << YAML::Value << c.ingest.max_batch_delay.count()

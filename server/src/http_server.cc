@@ -3,10 +3,15 @@
 //
 // Structure follows Beast's advanced server: one listener accepting on its own strand,
 // one session per connection on its own strand. A session is strictly sequential:
-// read one request, run the handler, write the response, then read the next. That is
-// the bound on pipelining: at most one request per connection is being handled, and
-// anything the client pipelined behind it waits in the socket buffer (TCP flow control
-// pushes back on the client), so a connection can never queue unbounded work.
+// read one request, run the handler, wait for its reply (which may come later, from
+// another thread), write the response, then read the next. That is the bound on
+// pipelining: at most one request per connection is being handled, and anything the
+// client pipelined behind it waits in the socket buffer (TCP flow control pushes back
+// on the client), so a connection can never queue unbounded work. Streamed bodies obey
+// the same rule: the next piece is produced only once the previous one was written.
+//
+// Synchronous handlers are wrapped into asynchronous ones that answer at once, so
+// there is one code path.
 //
 // Threads: `threads` I/O threads all run the one io_context. A session's members are
 // only touched on its strand; the shared_state is touched from any thread and is
@@ -23,6 +28,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
@@ -53,14 +59,31 @@ using tcp = net::ip::tcp;
 
 class session;
 
+// The "http" logger: shared with an embedding application that registered one, else a
+// clone of the default logger (same sinks and format).
+const std::shared_ptr<spdlog::logger>& log() {
+  static const std::shared_ptr<spdlog::logger> l = [] {
+    if (auto existing = spdlog::get("http")) return existing;
+    auto created = spdlog::default_logger()->clone("http");
+    try {
+      spdlog::register_logger(created);
+    } catch (const spdlog::spdlog_ex&) {
+      // Registered by someone else between get() and here: use theirs.
+      if (auto existing = spdlog::get("http")) return existing;
+    }
+    return created;
+  }();
+  return l;
+}
+
 // State shared by the listener, every session and the http_server. Sessions hold it by
 // shared_ptr, so a session destroyed late (by the io_context's destructor, after a
 // shutdown_grace ran out) still finds it alive.
 struct shared_state {
-  shared_state(http_config c, http_handler h) : cfg(std::move(c)), handler(std::move(h)) {}
+  shared_state(http_config c, async_http_handler h) : cfg(std::move(c)), handler(std::move(h)) {}
 
   const http_config cfg;
-  const http_handler handler;
+  const async_http_handler handler;
   std::atomic<bool> stopping{false};
 
   std::mutex mu;
@@ -126,10 +149,79 @@ bool target_too_long(std::string_view raw, std::size_t max_target) {
   return (end == std::string_view::npos ? rest.size() : end) > max_target;
 }
 
-// One connection. Owned by shared_ptrs held in its own pending completion handlers:
-// it lives exactly as long as it has an operation in flight. Every member function
-// runs on the session's strand (the stream's executor), except the constructor and
-// run(), which the listener calls before any operation is started.
+// Why a handler's response is unusable, or nullptr. A bad status or header is a
+// handler bug and must become a 500, never a malformed response.
+const char* invalid_response(const http_response& r) {
+  if (r.status < 100 || r.status > 999) return "handler returned a bad status";
+  for (const auto& [n, v] : r.headers) {
+    if (!valid_header_name(n) || !valid_header_value(v)) return "handler returned a bad header";
+  }
+  if (!valid_header_value(r.content_type)) return "handler returned a bad content type";
+  return nullptr;
+}
+
+// Statuses whose responses never carry a body (RFC 9110 6.4.1): nothing to stream.
+bool bodyless_status(unsigned status) { return status < 200 || status == 204 || status == 304; }
+
+// The completion side of one request handed to an async handler. The handler's
+// http_responder copies share one reply_state; the first complete() posts the
+// response onto the session's strand, later ones are ignored. If every copy is
+// destroyed uncalled, the destructor answers 500 so the connection is not left hanging.
+//
+// It holds the session by shared_ptr (a session waiting for its reply has no I/O in
+// flight, so nothing else keeps it alive). That reference must not outlive the
+// io_context: http_server::stop() calls abandon() on replies still pending after the
+// grace period, and complete() posts while holding mu_, so a reply racing with stop()
+// is either queued before abandon() (and destroyed with the io_context) or dropped.
+// Thread-safe: touched from the handler's threads and from stop().
+class reply_state {
+ public:
+  reply_state(std::shared_ptr<session> s, std::string request_id, std::string instance)
+      : target_(std::move(s)), request_id_(std::move(request_id)), instance_(std::move(instance)) {}
+  reply_state(const reply_state&) = delete;
+  reply_state& operator=(const reply_state&) = delete;
+
+  ~reply_state() {
+    bool answered;
+    {
+      std::lock_guard lk(mu_);
+      answered = done_ || !target_;
+    }
+    if (answered) return;
+    log()->error("request {}: handler dropped its responder without answering", request_id_);
+    complete(problem(failure_reason::internal, "handler did not answer request " + request_id_, instance_));
+  }
+
+  // Returns false when the request was already completed (or abandoned).
+  bool complete(http_response r);
+
+  // Drops the session reference; a later complete() is silently ignored.
+  void abandon() {
+    std::shared_ptr<session> drop;
+    std::lock_guard lk(mu_);
+    drop = std::move(target_);
+    done_ = true;
+    // `drop` dies after the lock is released (declared before the guard).
+  }
+
+  const std::string& request_id() const { return request_id_; }
+  const std::string& instance() const { return instance_; }
+
+ private:
+  std::mutex mu_;
+  bool done_ = false;                // guarded by mu_
+  std::shared_ptr<session> target_;  // guarded by mu_; null once posted or abandoned
+  const std::string request_id_;
+  const std::string instance_;
+};
+
+// One connection. Owned by shared_ptrs held in its own pending completion handlers
+// (and, while an async handler has not answered yet, by that request's reply_state):
+// it lives exactly as long as it has an operation or a reply outstanding. Every member
+// function runs on the session's strand (the stream's executor), except the
+// constructor, run() (called by the listener before any operation is started),
+// executor(), and abandon_pending_reply() (called by stop() after the I/O threads
+// were joined).
 class session : public std::enable_shared_from_this<session> {
  public:
   session(tcp::socket&& socket, std::shared_ptr<shared_state> st)
@@ -153,16 +245,45 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   // Posted onto the strand by http_server::stop(). A connection idle between requests
-  // is closed now; one with a request in progress finishes it and then closes.
+  // is closed now; one with a request in progress (handler running or awaited,
+  // response or stream being written) finishes it and then closes.
   void on_stop() {
     close_after_response_ = true;
     if (phase_ == phase::draining || (phase_ == phase::reading && idle())) close();
   }
 
+  // Runs on the strand, posted by reply_state::complete().
+  void on_reply(http_response r) {
+    pending_.reset();
+    if (phase_ != phase::handling) return;  // cannot happen: one reply_state per request, one completion
+    if (const char* why = invalid_response(r)) {
+      log()->error("request {}: {}", cur_.request_id, why);
+      r = problem(failure_reason::internal, "unexpected error while handling request " + cur_.request_id, cur_.path);
+    }
+    respond(std::move(r));
+  }
+
+  // Only after the I/O threads were joined (no strand is running): a reply the handler
+  // still owes is abandoned, which releases the session.
+  void abandon_pending_reply() {
+    if (auto rs = pending_.lock()) rs->abandon();
+  }
+
   net::any_io_executor executor() { return stream_.get_executor(); }
 
  private:
-  enum class phase { reading, handling, writing, draining };
+  enum class phase { reading, handling, writing, streaming, draining };
+
+  // What the request log line and the response need to know about the current request.
+  struct request_info {
+    std::string method;
+    std::string path;  // raw path, no query: query strings may carry secrets
+    std::string request_id;
+    unsigned version = 11;
+    bool keep_alive = false;
+    unsigned status = 0;
+    std::optional<std::chrono::steady_clock::time_point> start;
+  };
 
   bool idle() const { return buffer_.size() == 0 && (!parser_ || !parser_->got_some()); }
 
@@ -174,6 +295,7 @@ class session : public std::enable_shared_from_this<session> {
 
   void do_read() {
     phase_ = phase::reading;
+    cur_ = {};
     if ((st_->stopping || close_after_response_) && buffer_.size() == 0) {
       close();
       return;
@@ -192,6 +314,7 @@ class session : public std::enable_shared_from_this<session> {
 
   void on_header(beast::error_code ec, std::size_t) {
     if (ec) return on_read_error(ec);
+    cur_.start = std::chrono::steady_clock::now();
     const auto& req = parser_->get();
     if (req.target().size() > st_->cfg.max_target_bytes) {
       return fail(failure_reason::uri_too_long,
@@ -274,33 +397,49 @@ class session : public std::enable_shared_from_this<session> {
     auto client_id = msg["X-Request-Id"];  // Beast has no field enum for it; lookup is case-insensitive
     req.request_id = sane_request_id(client_id) ? std::string(client_id) : st_->next_request_id();
     req.body = std::move(msg.body());
-    const bool keep_alive = msg.keep_alive();
-    const unsigned version = msg.version();
+    cur_.method = req.method;
+    cur_.request_id = req.request_id;
+    cur_.keep_alive = msg.keep_alive();
+    cur_.version = msg.version();
 
-    http_response res;
     if (status s = parse_target(req.target, req); !s.ok()) {
       // The request was well framed, only its target is bad: the connection stays usable.
-      res = problem(failure_reason::bad_path_encoding, s.message(),
-                    std::string_view(req.target).substr(0, req.target.find('?')));
-    } else {
-      try {
-        // Called concurrently from all I/O threads: handlers must be thread-safe.
-        res = st_->handler(req);
-        // Validate here, inside the try: a bad status or header is a handler bug and
-        // must become a 500, not a malformed response.
-        if (res.status < 100 || res.status > 999) throw std::invalid_argument("handler returned a bad status");
-        for (const auto& [n, v] : res.headers) {
-          if (!valid_header_name(n) || !valid_header_value(v)) throw std::invalid_argument("handler returned a bad header");
-        }
-        if (!valid_header_value(res.content_type)) throw std::invalid_argument("handler returned a bad content type");
-      } catch (...) {
-        // Never let a handler take the I/O thread down. The exception text may hold
-        // internals, so the client gets only the request id to quote in a bug report.
-        res = problem(failure_reason::internal, "unexpected error while handling request " + req.request_id,
-                      req.path);
-      }
+      cur_.path = req.target.substr(0, req.target.find('?'));
+      return respond(problem(failure_reason::bad_path_encoding, s.message(), cur_.path));
     }
-    write(std::move(res), req.request_id, version, keep_alive && !close_after_response_ && !st_->stopping);
+    cur_.path = req.path;
+
+    // Until the handler answers, this session reads nothing more from the connection:
+    // a pipelined request waits in the socket buffer.
+    auto rs = std::make_shared<reply_state>(shared_from_this(), req.request_id, req.path);
+    pending_ = rs;
+    try {
+      // Called concurrently from all I/O threads: handlers must be thread-safe.
+      st_->handler(req, [rs](http_response r) { rs->complete(std::move(r)); });
+    } catch (const std::exception& e) {
+      // Never let a handler take the I/O thread down. The exception text may hold
+      // internals: it goes to the log, the client gets only the request id to quote.
+      log()->error("request {}: handler threw: {}", req.request_id, e.what());
+      rs->complete(internal_error_response());
+    } catch (...) {
+      log()->error("request {}: handler threw a non-std exception", req.request_id);
+      rs->complete(internal_error_response());
+    }
+    // If the handler neither answered nor kept a copy of the responder, releasing `rs`
+    // here runs its destructor, which answers 500.
+  }
+
+  http_response internal_error_response() const {
+    return problem(failure_reason::internal, "unexpected error while handling request " + cur_.request_id, cur_.path);
+  }
+
+  // Sends the final response to the current request (plain or streamed).
+  void respond(http_response&& r) {
+    const bool keep_alive = cur_.keep_alive && !close_after_response_ && !st_->stopping;
+    cur_.status = r.status;
+    if (r.stream && !bodyless_status(r.status) && cur_.method != "HEAD") return start_stream(std::move(r), keep_alive);
+    r.stream.reset();  // a body that must not be sent: release whatever the source holds now
+    write(std::move(r), keep_alive);
   }
 
   // A request that cannot be handled (over a limit, unparseable): answer with a
@@ -314,23 +453,34 @@ class session : public std::enable_shared_from_this<session> {
       const auto& msg = parser_->get();
       instance = std::string(msg.target().substr(0, msg.target().find('?')));
       if (sane_request_id(msg["X-Request-Id"])) request_id = std::string(msg["X-Request-Id"]);
+      cur_.method = std::string(msg.method_string());
     }
     if (instance.size() > 256) instance.clear();  // do not echo a huge target back
     if (request_id.empty()) request_id = st_->next_request_id();
-    write(problem(r, detail, instance), request_id, 11, false);
+    cur_.path = instance;
+    cur_.request_id = request_id;
+    cur_.version = 11;
+    auto res = problem(r, detail, instance);
+    cur_.status = res.status;
+    write(std::move(res), false);
   }
 
-  void write(http_response&& r, const std::string& request_id, unsigned version, bool keep_alive) {
+  template <class Body>
+  void fill_header(http::response<Body>& m, const http_response& r) const {
+    m.version(cur_.version);
+    m.result(r.status);
+    m.set(http::field::server, "kstate");
+    if (!r.content_type.empty()) m.set(http::field::content_type, r.content_type);
+    m.set("X-Request-Id", cur_.request_id);
+    for (const auto& [n, v] : r.headers) {
+      if (!reserved_header(n)) m.insert(n, v);
+    }
+  }
+
+  void write(http_response&& r, bool keep_alive) {
     phase_ = phase::writing;
     res_ = {};
-    res_.version(version);
-    res_.result(r.status);
-    res_.set(http::field::server, "kstate");
-    if (!r.content_type.empty()) res_.set(http::field::content_type, r.content_type);
-    res_.set("X-Request-Id", request_id);
-    for (const auto& [n, v] : r.headers) {
-      if (!reserved_header(n)) res_.insert(n, v);
-    }
+    fill_header(res_, r);
     res_.body() = std::move(r.body);
     res_.keep_alive(keep_alive);
     res_.prepare_payload();
@@ -340,9 +490,122 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   void on_write(bool close_after, beast::error_code ec, std::size_t) {
+    log_request(ec ? "write failed" : "");
     if (ec) return close();
     if (close_after) return lingering_close();
     do_read();
+  }
+
+  // --- streamed (chunked) responses -------------------------------------------------
+  //
+  // Beast's buffer_body serializer: the header goes first, then each piece the source
+  // hands out is written as one chunk; an async_write completes with need_buffer once
+  // the piece is on the socket, and only then is the source asked for the next one.
+  // So at most one piece per connection is in memory, and a client that stops reading
+  // stalls the source instead of making the server buffer its output. Every write
+  // carries the read_timeout deadline; when it passes, the connection is closed and the
+  // source released.
+
+  void start_stream(http_response&& r, bool keep_alive) {
+    phase_ = phase::streaming;
+    source_ = std::move(r.stream);
+    empty_pieces_ = 0;
+    sres_.emplace();
+    fill_header(*sres_, r);
+    if (cur_.version >= 11) {
+      sres_->chunked(true);
+    } else {
+      keep_alive = false;  // HTTP/1.0 has no chunked encoding: the body ends when the connection closes
+    }
+    sres_->keep_alive(keep_alive);
+    stream_close_after_ = !keep_alive;
+    sres_->body().data = nullptr;
+    sres_->body().more = true;
+    ssr_.emplace(*sres_);
+    stream_.expires_after(st_->cfg.read_timeout);
+    http::async_write_header(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, shared_from_this()));
+  }
+
+  void on_stream_write(beast::error_code ec, std::size_t) {
+    if (ec == http::error::need_buffer) ec = {};  // the piece was written; the serializer wants the next one
+    if (ec) {
+      // The client went away or stopped reading past the deadline: not a server error.
+      log()->debug("request {}: streamed response cut off: {}", cur_.request_id, ec.message());
+      return abort_stream("client gone");
+    }
+    if (ssr_->is_done()) return finish_stream();
+    next_piece();
+  }
+
+  void next_piece() {
+    piece_.clear();
+    bool more = false;
+    try {
+      more = source_->next(piece_);
+    } catch (const std::exception& e) {
+      log()->error("request {}: streamed response aborted, body source threw: {}", cur_.request_id, e.what());
+      return abort_stream("source failed");
+    } catch (...) {
+      log()->error("request {}: streamed response aborted, body source threw a non-std exception", cur_.request_id);
+      return abort_stream("source failed");
+    }
+    if (piece_.empty() && more) {
+      // Nothing to write yet. Yield the strand before asking again, so other work on
+      // this thread runs in between; a source that keeps doing this is broken.
+      if (++empty_pieces_ > max_empty_pieces) {
+        log()->error("request {}: streamed response aborted, body source returned {} empty pieces in a row",
+                     cur_.request_id, empty_pieces_);
+        return abort_stream("source stalled");
+      }
+      net::post(stream_.get_executor(), beast::bind_front_handler(&session::next_piece, shared_from_this()));
+      return;
+    }
+    empty_pieces_ = 0;
+    if (!more) source_.reset();  // the body is complete: release the source (and its snapshot) now
+    auto& body = sres_->body();
+    body.data = piece_.empty() ? nullptr : piece_.data();
+    body.size = piece_.size();
+    body.more = more;  // false: the serializer appends the last chunk after this piece
+    stream_.expires_after(st_->cfg.read_timeout);
+    http::async_write(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, shared_from_this()));
+  }
+
+  void release_stream() {
+    ssr_.reset();  // the serializer refers to the message: destroy it first
+    sres_.reset();
+    source_.reset();
+    piece_ = {};  // a piece can be large; do not keep its capacity for the connection's lifetime
+  }
+
+  void finish_stream() {
+    release_stream();
+    log_request("");
+    if (stream_close_after_) return lingering_close();
+    do_read();
+  }
+
+  // Ends the connection without the terminating chunk, so the client sees a truncated
+  // body (an error for any HTTP client) rather than a complete-looking wrong one.
+  void abort_stream(std::string_view why) {
+    release_stream();
+    log_request(why);
+    close();
+  }
+
+  // --- logging ---------------------------------------------------------------------
+
+  // One debug line per request. Never headers (Authorization, tokens) and never the
+  // query string.
+  void log_request(std::string_view outcome) {
+    const auto& l = log();
+    if (!l->should_log(spdlog::level::debug)) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double ms =
+        std::chrono::duration<double, std::milli>(now - cur_.start.value_or(now)).count();
+    std::string_view path(cur_.path);
+    if (path.size() > 256) path = path.substr(0, 256);
+    l->debug("{} {} {} {:.1f}ms id={}{}{}", cur_.method, path, cur_.status, ms, cur_.request_id,
+             outcome.empty() ? "" : " ", outcome);
   }
 
   // Closing a socket with unread input makes the kernel send RST, which can destroy
@@ -368,6 +631,9 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   static constexpr std::size_t max_drain_bytes = 16 * 1024 * 1024;
+  // A source returning this many empty pieces in a row is treated as broken: it would
+  // otherwise keep an I/O thread spinning on a connection that makes no progress.
+  static constexpr int max_empty_pieces = 1000;
 
   beast::tcp_stream stream_;
   std::shared_ptr<shared_state> st_;
@@ -375,11 +641,34 @@ class session : public std::enable_shared_from_this<session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::empty_body>> continue_;
   http::response<http::string_body> res_;  // must outlive async_write
+  request_info cur_;
+  std::weak_ptr<reply_state> pending_;  // the reply the handler owes, while phase_ == handling
+  // Streaming state, set only while phase_ == streaming. The serializer refers to sres_,
+  // and sres_'s body points into piece_; all must outlive the write in flight.
+  std::shared_ptr<body_source> source_;
+  std::optional<http::response<http::buffer_body>> sres_;
+  std::optional<http::response_serializer<http::buffer_body>> ssr_;
+  std::string piece_;
+  int empty_pieces_ = 0;
+  bool stream_close_after_ = false;
   phase phase_ = phase::reading;
   bool close_after_response_ = false;
   std::array<char, 8192> drain_buf_{};
   std::size_t drained_ = 0;
 };
+
+bool reply_state::complete(http_response r) {
+  std::lock_guard lk(mu_);
+  if (done_) return false;
+  done_ = true;
+  if (!target_) return false;
+  // Posted, never dispatched: the handler may call us on the strand from inside
+  // handle(), and the session must not re-enter itself. Posting under mu_ is what makes
+  // abandon() safe (see the class comment); post never runs the handler inline.
+  auto ex = target_->executor();
+  net::post(ex, [s = std::move(target_), r = std::move(r)]() mutable { s->on_reply(std::move(r)); });
+  return true;
+}
 
 // Accepts connections. Owned by http_server::impl and by its pending accept handler;
 // its handlers run on the acceptor's strand.
@@ -443,6 +732,13 @@ class listener : public std::enable_shared_from_this<listener> {
   uint16_t port_ = 0;
 };
 
+// The one code path: a synchronous handler is an asynchronous one that answers at once.
+// An exception escapes to session::handle(), which turns it into a 500.
+async_http_handler wrap_sync(http_handler h) {
+  if (!h) return {};
+  return [h = std::move(h)](const http_request& req, http_responder reply) { reply(h(req)); };
+}
+
 std::string random_prefix() {
   std::random_device rd;
   std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
@@ -454,7 +750,7 @@ std::string random_prefix() {
 }  // namespace
 
 struct http_server::impl {
-  impl(http_config cfg, http_handler handler)
+  impl(http_config cfg, async_http_handler handler)
       : st(std::make_shared<shared_state>(std::move(cfg), std::move(handler))), ioc(std::max(1, st->cfg.threads)) {
     st->id_prefix = random_prefix();
   }
@@ -476,6 +772,9 @@ struct http_server::impl {
 };
 
 http_server::http_server(http_config cfg, http_handler handler)
+    : impl_(std::make_unique<impl>(std::move(cfg), wrap_sync(std::move(handler)))) {}
+
+http_server::http_server(http_config cfg, async_http_handler handler)
     : impl_(std::make_unique<impl>(std::move(cfg), std::move(handler))) {}
 
 http_server::~http_server() { stop(); }
@@ -539,16 +838,36 @@ void http_server::stop() {
   // destroyed with the io_context, which closes the sockets.
   impl_->work.reset();
   impl_->ioc.stop();
+  bool detached = false;
   for (auto& t : impl_->threads) {
     if (t.get_id() == std::this_thread::get_id()) {
       // stop() called from a handler (not supported: it waits out the whole grace for
       // its own request). Joining ourselves would throw; detaching is the lesser evil.
       t.detach();
+      detached = true;
     } else if (t.joinable()) {
       t.join();
     }
   }
   impl_->threads.clear();
+
+  // Sessions still waiting for an async handler's reply are kept alive only by that
+  // reply: cut them loose now, so their sockets close and nothing refers to the
+  // io_context once the server is gone. A late reply is then dropped silently. With
+  // the I/O threads joined, no strand runs, so touching the sessions here is safe
+  // (not so if a thread had to be detached; then they are left to the io_context).
+  if (!detached) {
+    std::vector<std::shared_ptr<session>> left;
+    {
+      std::lock_guard slk(st.mu);
+      for (auto& [_, w] : st.sessions) {
+        if (auto s = w.lock()) left.push_back(std::move(s));
+      }
+    }
+    if (!left.empty()) log()->warn("stop: {} connection(s) still busy after the shutdown grace; closing them", left.size());
+    for (auto& s : left) s->abandon_pending_reply();
+    left.clear();  // outside st.mu: a session's destructor takes it
+  }
 }
 
 uint16_t http_server::port() const { return impl_->port; }

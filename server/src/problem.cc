@@ -23,6 +23,11 @@ constexpr row table[] = {
     {failure_reason::bad_request, "bad_request", {400, 40001, "Bad request"}},
     {failure_reason::bad_key_encoding, "bad_key_encoding", {400, 40002, "Bad key encoding"}},
     {failure_reason::bad_path_encoding, "bad_path_encoding", {400, 40003, "Bad path encoding"}},
+    {failure_reason::bad_cursor, "bad_cursor", {400, 40004, "Bad cursor"}},
+    {failure_reason::bad_limit, "bad_limit", {400, 40005, "Bad limit"}},
+    {failure_reason::bad_position, "bad_position", {400, 40006, "Bad position"}},
+    {failure_reason::unknown_parameter, "unknown_parameter", {400, 40007, "Unknown parameter"}},
+    {failure_reason::bad_body, "bad_body", {400, 40008, "Bad request body"}},
     {failure_reason::method_not_allowed, "method_not_allowed", {405, 40501, "Method not allowed"}},
     {failure_reason::not_acceptable, "not_acceptable", {406, 40601, "Not acceptable"}},
     {failure_reason::payload_too_large, "payload_too_large", {413, 41301, "Payload too large"}},
@@ -33,9 +38,11 @@ constexpr row table[] = {
     {failure_reason::not_caught_up, "not_caught_up", {503, 50301, "Partition not caught up"}},
     {failure_reason::not_owner, "not_owner", {503, 50302, "Partition not owned by this instance"}},
     {failure_reason::shutting_down, "shutting_down", {503, 50303, "Server shutting down"}},
+    {failure_reason::position_not_reached, "position_not_reached", {503, 50304, "Position not reached"}},
+    {failure_reason::scan_capacity, "scan_capacity", {503, 50305, "Too many scans"}},
 };
 
-constexpr std::size_t internal_row = 12;
+constexpr std::size_t internal_row = 17;
 static_assert(table[internal_row].reason == failure_reason::internal);
 
 const row& lookup(failure_reason r) noexcept {

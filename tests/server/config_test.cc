@@ -89,6 +89,7 @@ TEST_CASE("invalid configs: one clear error naming the key") {
       {"application_id: a\nbootstrap_servers: b\nrocksdb: {compression: gzip}\nviews: [{name: v, topic: t}]",
        "rocksdb.compression: must be one of: none, snappy, lz4, zstd (got 'gzip')"},
       {"application_id: a\nbootstrap_servers: b\nkafka: {group.id: x}\nviews: [{name: v, topic: t}]", "kafka.group.id: is set by kstate"},
+      {"application_id: a\nbootstrap_servers: b\nkafka: {auto.offset.reset: latest}\nviews: [{name: v, topic: t}]", "kafka.auto.offset.reset: is set by kstate"},
       {"application_id: a\nbootstrap_servers: b\nunknown: 1\nviews: [{name: v, topic: t}]", "unknown: unknown key"},
       {"application_id: [a\n", "invalid YAML"},
   };

@@ -10,7 +10,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -154,6 +157,11 @@ TEST_CASE("problem: every failure_reason maps to its status, error_code and body
       {failure_reason::bad_request, "bad_request", 400, 1},
       {failure_reason::bad_key_encoding, "bad_key_encoding", 400, 2},
       {failure_reason::bad_path_encoding, "bad_path_encoding", 400, 3},
+      {failure_reason::bad_cursor, "bad_cursor", 400, 4},
+      {failure_reason::bad_limit, "bad_limit", 400, 5},
+      {failure_reason::bad_position, "bad_position", 400, 6},
+      {failure_reason::unknown_parameter, "unknown_parameter", 400, 7},
+      {failure_reason::bad_body, "bad_body", 400, 8},
       {failure_reason::method_not_allowed, "method_not_allowed", 405, 1},
       {failure_reason::not_acceptable, "not_acceptable", 406, 1},
       {failure_reason::payload_too_large, "payload_too_large", 413, 1},
@@ -164,9 +172,11 @@ TEST_CASE("problem: every failure_reason maps to its status, error_code and body
       {failure_reason::not_caught_up, "not_caught_up", 503, 1},
       {failure_reason::not_owner, "not_owner", 503, 2},
       {failure_reason::shutting_down, "shutting_down", 503, 3},
+      {failure_reason::position_not_reached, "position_not_reached", 503, 4},
+      {failure_reason::scan_capacity, "scan_capacity", 503, 5},
   };
-  // Every enumerator is in the table above: shutting_down is the last one.
-  CHECK(std::size(rows) == static_cast<std::size_t>(failure_reason::shutting_down) + 1);
+  // Every enumerator is in the table above: scan_capacity is the last one.
+  CHECK(std::size(rows) == static_cast<std::size_t>(failure_reason::scan_capacity) + 1);
 
   for (const auto& row : rows) {
     CAPTURE(row.name);
@@ -223,8 +233,14 @@ using response = http::response<http::string_body>;
 // and a server bug fails the test instead of hanging it.
 class client {
  public:
-  explicit client(uint16_t port) {
+  // `rcvbuf` > 0 shrinks the socket's receive buffer before connecting (the TCP window
+  // is negotiated at connect), so a client that stops reading pushes back quickly.
+  explicit client(uint16_t port, int rcvbuf = 0) {
     beast::error_code out;
+    if (rcvbuf > 0) {
+      stream_.socket().open(tcp::v4());
+      stream_.socket().set_option(net::socket_base::receive_buffer_size(rcvbuf));
+    }
     stream_.expires_after(5s);
     stream_.async_connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port),
                           [&](beast::error_code ec) { out = ec; });
@@ -264,21 +280,33 @@ class client {
   // Reads until the server closes the connection. Returns the error that ended the
   // read: eof / reset when the server closed, timeout when it did not within `limit`.
   beast::error_code wait_closed(std::chrono::milliseconds limit) {
+    std::string ignored;
+    return read_raw(ignored, limit);
+  }
+
+  // Like wait_closed(), keeping the raw bytes (for checking framing); bytes already
+  // buffered by an earlier read come first. With `marker`, stops once it was received.
+  beast::error_code read_raw(std::string& raw, std::chrono::milliseconds limit, std::string_view marker = {}) {
+    raw.append(static_cast<const char*>(buf_.cdata().data()), buf_.size());
+    buf_.consume(buf_.size());
+    if (!marker.empty() && raw.find(marker) != std::string::npos) return {};
     beast::error_code out;
     stream_.expires_after(limit);
-    read_until_error(out);
+    read_until_error(out, raw, marker);
     run();
     return out;
   }
 
  private:
-  void read_until_error(beast::error_code& out) {
-    stream_.async_read_some(net::buffer(scratch_), [this, &out](beast::error_code ec, std::size_t) {
+  void read_until_error(beast::error_code& out, std::string& raw, std::string_view marker) {
+    stream_.async_read_some(net::buffer(scratch_), [this, &out, &raw, marker](beast::error_code ec, std::size_t n) {
+      raw.append(scratch_, n);
       if (ec) {
         out = ec;
         return;
       }
-      read_until_error(out);
+      if (!marker.empty() && raw.find(marker) != std::string::npos) return;
+      read_until_error(out, raw, marker);
     });
   }
 
@@ -618,4 +646,426 @@ TEST_CASE("server: start() reports a port that cannot be bound") {
   auto s = second.start();
   CHECK_FALSE(s.ok());
   CHECK(s.code() == status_code::io_error);
+}
+
+// ---------------------------------------------------------------------------------
+// streamed (chunked) responses
+
+namespace {
+
+// Hands out `pieces` numbered lines, one per next() call; counts the calls and reports
+// its own destruction (a real source holds a RocksDB snapshot until destroyed).
+struct counting_source : body_source {
+  struct probe {
+    std::atomic<int> calls{0};
+    std::atomic<bool> destroyed{false};
+  };
+  counting_source(std::shared_ptr<probe> p, int pieces, std::size_t piece_bytes = 0, int throw_at = -1)
+      : probe_(std::move(p)), pieces_(pieces), piece_bytes_(piece_bytes), throw_at_(throw_at) {}
+  ~counting_source() override { probe_->destroyed = true; }
+
+  bool next(std::string& out) override {
+    const int i = probe_->calls++;
+    if (i == throw_at_) throw std::runtime_error("storage failed mid-scan");
+    if (piece_bytes_ > 0) {
+      out.append(piece_bytes_, static_cast<char>('a' + i % 26));
+    } else {
+      out += line(i);
+    }
+    return i + 1 < pieces_;
+  }
+
+  static std::string line(int i) { return "{\"n\":" + std::to_string(i) + "}\n"; }
+
+  std::shared_ptr<probe> probe_;
+  int pieces_;
+  std::size_t piece_bytes_;
+  int throw_at_;
+};
+
+std::string expected_lines(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += counting_source::line(i);
+  return out;
+}
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("stream: 2,000 pieces arrive complete, in order, chunked; the connection is then reused") {
+  auto probe = std::make_shared<counting_source::probe>();
+  running_server srv({}, [probe](const http_request& req) {
+    http_response r;
+    if (req.path == "/scan") {
+      r.content_type = "application/x-ndjson";
+      r.body = "ignored when streaming";
+      r.with_header("X-Extra", "yes");
+      r.stream = std::make_shared<counting_source>(probe, 2000);
+    } else {
+      r.body = "{\"next\":true}";
+    }
+    return r;
+  });
+  client c(srv.port());
+  REQUIRE(!c.send(get("/scan")));
+  response res;
+  REQUIRE(!c.read(res));
+  CHECK(res.result_int() == 200);
+  CHECK(res.chunked());
+  CHECK(res[http::field::content_length].empty());
+  CHECK(res[http::field::content_type] == "application/x-ndjson");
+  CHECK(res["X-Extra"] == "yes");
+  CHECK_FALSE(res["X-Request-Id"].empty());
+  CHECK(res.keep_alive());
+  CHECK(res.body() == expected_lines(2000));
+  CHECK(probe->calls == 2000);
+  CHECK(wait_for([&] { return probe->destroyed.load(); }, 2s));  // released once complete
+
+  REQUIRE(!c.send(get("/next")));
+  response res2;
+  REQUIRE(!c.read(res2));
+  CHECK(res2.result_int() == 200);
+  CHECK(res2.body() == "{\"next\":true}");
+}
+
+TEST_CASE("stream: the body ends with the terminating chunk on the wire") {
+  auto probe = std::make_shared<counting_source::probe>();
+  running_server srv({}, [probe](const http_request&) {
+    http_response r;
+    r.stream = std::make_shared<counting_source>(probe, 3);
+    return r;
+  });
+  client c(srv.port());
+  REQUIRE(!c.send("GET /s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  std::string raw;
+  CHECK(c.read_raw(raw, 5s) != beast::error::timeout);
+  CHECK(raw.find("Transfer-Encoding: chunked\r\n") != std::string::npos);
+  const auto body_start = raw.find("\r\n\r\n");
+  REQUIRE(body_start != std::string::npos);
+  CHECK(raw.substr(body_start + 4) == "8\r\n{\"n\":0}\n\r\n8\r\n{\"n\":1}\n\r\n8\r\n{\"n\":2}\n\r\n0\r\n\r\n");
+}
+
+TEST_CASE("stream: empty pieces are skipped; a source that only returns empty pieces is cut off") {
+  struct gappy : body_source {
+    int i = 0;
+    bool next(std::string& out) override {
+      ++i;
+      if (i % 3 == 0) out = "x" + std::to_string(i);
+      return i < 30;
+    }
+  };
+  struct stuck : body_source {
+    bool next(std::string&) override { return true; }
+  };
+  running_server srv({}, [](const http_request& req) {
+    http_response r;
+    if (req.path == "/gappy") r.stream = std::make_shared<gappy>();
+    else r.stream = std::make_shared<stuck>();
+    return r;
+  });
+  {
+    client c(srv.port());
+    REQUIRE(!c.send(get("/gappy")));
+    response res;
+    REQUIRE(!c.read(res));
+    std::string want;
+    for (int i = 3; i <= 30; i += 3) want += "x" + std::to_string(i);
+    CHECK(res.body() == want);
+  }
+  {
+    client c(srv.port());
+    REQUIRE(!c.send(get("/stuck")));
+    std::string raw;
+    CHECK(c.read_raw(raw, 5s) != beast::error::timeout);  // closed by the server, not our deadline
+    CHECK(raw.find("HTTP/1.1 200") == 0);
+    CHECK(raw.find("0\r\n\r\n") == std::string::npos);  // no terminating chunk: truncated
+  }
+}
+
+TEST_CASE("stream: next() is called only as fast as the client reads; a stalled client is cut off and the source released") {
+  http_config cfg;
+  cfg.read_timeout = 300ms;  // also the write deadline
+  auto probe = std::make_shared<counting_source::probe>();
+  running_server srv(cfg, [probe](const http_request&) {
+    http_response r;
+    // 64 MiB in all: far more than socket buffers can absorb.
+    r.stream = std::make_shared<counting_source>(probe, 1024, 64 * 1024);
+    return r;
+  });
+  client c(srv.port(), 4 * 1024);
+  REQUIRE(!c.send(get("/big")));
+  std::string raw;
+  REQUIRE(!c.read_raw(raw, 5s, "\r\n\r\n"));  // the header, then the client stops reading
+  CHECK(raw.find("HTTP/1.1 200") == 0);
+
+  std::this_thread::sleep_for(500ms);
+  const int calls = probe->calls;
+  CAPTURE(calls);
+  CHECK(calls >= 1);
+  CHECK(calls < 50);  // bounded by what the socket buffers hold, not by the source
+
+  // The write deadline (300 ms) has passed with no progress: the connection is closed
+  // and the source destroyed, without the client doing anything.
+  CHECK(wait_for([&] { return probe->destroyed.load(); }, 3s));
+  CHECK(probe->calls == calls);  // no more pieces produced after it stalled
+}
+
+TEST_CASE("stream: next() throwing mid-stream closes the connection without the final chunk") {
+  auto probe = std::make_shared<counting_source::probe>();
+  running_server srv({}, [probe](const http_request&) {
+    http_response r;
+    r.content_type = "application/x-ndjson";
+    r.stream = std::make_shared<counting_source>(probe, 100, 0, /*throw_at=*/5);
+    return r;
+  });
+  client c(srv.port());
+  REQUIRE(!c.send(get("/scan")));
+  std::string raw;
+  const auto ec = c.read_raw(raw, 5s);
+  CHECK(ec != beast::error::timeout);  // the server closed
+  CHECK(raw.find("HTTP/1.1 200") == 0);
+  CHECK(raw.find("Transfer-Encoding: chunked") != std::string::npos);
+  CHECK(raw.find("{\"n\":4}") != std::string::npos);  // what came before the failure was sent
+  CHECK(raw.find("{\"n\":5}") == std::string::npos);
+  CHECK(raw.find("0\r\n\r\n") == std::string::npos);  // but never the end of the body
+  CHECK(probe->calls == 6);
+  CHECK(wait_for([&] { return probe->destroyed.load(); }, 2s));
+}
+
+TEST_CASE("stream: an HTTP/1.0 client gets the body unframed, ended by closing the connection") {
+  auto probe = std::make_shared<counting_source::probe>();
+  running_server srv({}, [probe](const http_request&) {
+    http_response r;
+    r.stream = std::make_shared<counting_source>(probe, 50);
+    return r;
+  });
+  client c(srv.port());
+  REQUIRE(!c.send("GET /s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+  std::string raw;
+  CHECK(c.read_raw(raw, 5s) != beast::error::timeout);
+  CHECK(raw.find("HTTP/1.0 200") == 0);
+  CHECK(raw.find("Transfer-Encoding") == std::string::npos);
+  const auto body_start = raw.find("\r\n\r\n");
+  REQUIRE(body_start != std::string::npos);
+  CHECK(raw.substr(body_start + 4) == expected_lines(50));
+}
+
+// ---------------------------------------------------------------------------------
+// asynchronous handlers
+
+namespace {
+
+// Threads started by handlers, joined when the test ends.
+struct background {
+  ~background() {
+    for (auto& t : threads) t.join();
+  }
+  void run(std::function<void()> f) {
+    std::lock_guard lk(mu);
+    threads.emplace_back(std::move(f));
+  }
+  std::mutex mu;
+  std::vector<std::thread> threads;
+};
+
+http_response text(std::string body) {
+  http_response r;
+  r.content_type = "text/plain";
+  r.body = std::move(body);
+  return r;
+}
+
+struct running_async_server {
+  running_async_server(http_config cfg, async_http_handler h) {
+    cfg.port = 0;
+    cfg.threads = 2;
+    server = std::make_unique<http_server>(std::move(cfg), std::move(h));
+    auto s = server->start();
+    REQUIRE_MESSAGE(s.ok(), s.to_string());
+  }
+  uint16_t port() const { return server->port(); }
+  std::unique_ptr<http_server> server;
+};
+
+}  // namespace
+
+TEST_CASE("async: a reply from another thread 200 ms later reaches the client") {
+  background bg;  // declared first: joined after the server is gone
+  running_async_server srv({}, [&bg](const http_request& req, http_responder reply) {
+    bg.run([reply, path = req.path] {
+      std::this_thread::sleep_for(200ms);
+      reply(text("later:" + path));
+    });
+  });
+  client c(srv.port());
+  for (int i = 0; i < 2; ++i) {  // and the connection stays usable afterwards
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(!c.send(get("/w" + std::to_string(i))));
+    response res;
+    REQUIRE(!c.read(res));
+    CHECK(std::chrono::steady_clock::now() - t0 >= 190ms);
+    CHECK(res.result_int() == 200);
+    CHECK(res.body() == "later:/w" + std::to_string(i));
+    CHECK(res.keep_alive());
+  }
+}
+
+TEST_CASE("async: a streamed reply from another thread") {
+  background bg;
+  auto probe = std::make_shared<counting_source::probe>();
+  running_async_server srv({}, [&bg, probe](const http_request&, http_responder reply) {
+    bg.run([reply, probe] {
+      http_response r;
+      r.stream = std::make_shared<counting_source>(probe, 10);
+      reply(std::move(r));
+    });
+  });
+  client c(srv.port());
+  REQUIRE(!c.send(get("/s")));
+  response res;
+  REQUIRE(!c.read(res));
+  CHECK(res.chunked());
+  CHECK(res.body() == expected_lines(10));
+}
+
+TEST_CASE("async: a handler that drops its responder uncalled yields a 500 problem") {
+  background bg;
+  running_async_server srv({}, [&bg](const http_request& req, http_responder reply) {
+    if (req.path == "/now") return;  // dropped on the I/O thread, inside the handler
+    bg.run([reply = std::move(reply)]() mutable {
+      std::this_thread::sleep_for(50ms);
+      reply = nullptr;  // dropped later, on another thread
+    });
+  });
+  client c(srv.port());
+  for (const char* path : {"/now", "/later"}) {
+    CAPTURE(path);
+    REQUIRE(!c.send(get(path, "X-Request-Id: drop-1\r\n")));
+    response res;
+    REQUIRE(!c.read(res));
+    check_problem(res, 500, 50001);
+    CHECK(res["X-Request-Id"] == "drop-1");
+    CHECK(json_of(res)["detail"].get<std::string>().find("did not answer") != std::string::npos);
+    CHECK(json_of(res)["instance"] == path);
+    CHECK(res.keep_alive());
+  }
+}
+
+TEST_CASE("async: a second reply is ignored and the connection stays usable") {
+  background bg;
+  running_async_server srv({}, [&bg](const http_request& req, http_responder reply) {
+    reply(text("first:" + req.path));
+    reply(text("second:" + req.path));  // ignored
+    bg.run([reply, path = req.path] { reply(text("third:" + path)); });  // ignored too
+  });
+  client c(srv.port());
+  for (const char* path : {"/a", "/b", "/c"}) {
+    REQUIRE(!c.send(get(path)));
+    response res;
+    REQUIRE(!c.read(res));
+    CHECK(res.body() == std::string("first:") + path);  // a stray reply would show up here
+  }
+  // Nothing extra arrives on the connection.
+  std::string raw;
+  CHECK(c.read_raw(raw, 300ms) == beast::error::timeout);
+  CHECK(raw.empty());
+}
+
+TEST_CASE("async: a handler that throws before replying yields a 500; a reply before throwing stands") {
+  running_async_server srv({}, [](const http_request& req, http_responder reply) {
+    if (req.path == "/after") reply(text("answered"));
+    throw std::runtime_error("secret internals");
+  });
+  client c(srv.port());
+  REQUIRE(!c.send(get("/before")));
+  response res;
+  REQUIRE(!c.read(res));
+  check_problem(res, 500, 50001);
+  CHECK(res.body().find("secret") == std::string::npos);
+  REQUIRE(!c.send(get("/after")));
+  response res2;
+  REQUIRE(!c.read(res2));
+  CHECK(res2.result_int() == 200);
+  CHECK(res2.body() == "answered");
+}
+
+TEST_CASE("async: a reply arriving during stop() is delivered, then the connection closes") {
+  http_config cfg;
+  cfg.shutdown_grace = 5s;
+  std::mutex mu;
+  http_responder held;
+  running_async_server srv(cfg, [&](const http_request&, http_responder reply) {
+    std::lock_guard lk(mu);
+    held = std::move(reply);
+  });
+  client c(srv.port());
+  REQUIRE(!c.send(get("/wait")));
+  REQUIRE(wait_for([&] { std::lock_guard lk(mu); return static_cast<bool>(held); }, 2s));
+
+  std::thread replier([&] {
+    std::this_thread::sleep_for(150ms);
+    std::lock_guard lk(mu);
+    held(text("just in time"));
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  srv.server->stop();
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  replier.join();
+  CHECK(elapsed >= 100ms);
+  CHECK(elapsed < 2s);
+  response res;
+  REQUIRE(!c.read(res));
+  CHECK(res.body() == "just in time");
+  CHECK_FALSE(res.keep_alive());
+  CHECK(c.wait_closed(2s) != beast::error::timeout);
+}
+
+TEST_CASE("async: a reply still pending does not hold stop() beyond shutdown_grace; a late reply is dropped") {
+  http_config cfg;
+  cfg.shutdown_grace = 300ms;
+  std::mutex mu;
+  http_responder held;
+  running_async_server srv(cfg, [&](const http_request&, http_responder reply) {
+    std::lock_guard lk(mu);
+    held = std::move(reply);
+  });
+  client c(srv.port());
+  REQUIRE(!c.send(get("/never")));
+  REQUIRE(wait_for([&] { std::lock_guard lk(mu); return static_cast<bool>(held); }, 2s));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  srv.server->stop();
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  CHECK(elapsed >= 250ms);
+  CHECK(elapsed < 2s);
+  std::string raw;
+  CHECK(c.read_raw(raw, 2s) != beast::error::timeout);  // closed, without an answer
+  CHECK(raw.empty());
+
+  // Late replies, while the server object exists and after it is gone: both dropped.
+  held(text("too late"));
+  srv.server.reset();
+  held(text("much too late"));
+  held = nullptr;
+}
+
+TEST_CASE("async: the responder may outlive the server uncalled") {
+  http_config cfg;
+  cfg.shutdown_grace = 100ms;
+  http_responder held;
+  {
+    running_async_server srv(cfg, [&](const http_request&, http_responder reply) { held = std::move(reply); });
+    client c(srv.port());
+    REQUIRE(!c.send(get("/x")));
+    REQUIRE(wait_for([&] { return static_cast<bool>(held); }, 2s));
+  }
+  held = nullptr;  // destroyed uncalled after the server: must not touch it
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/notifier.h"
 #include "core/ownership.h"
 #include "core/status.h"
 #include "core/view.h"
@@ -58,9 +59,11 @@ struct ingest_stats {
 
 class engine {
  public:
-  // All references must outlive the engine. `metrics` may be null.
+  // All references must outlive the engine. `metrics` and `notifier` may be null; the
+  // notifier hears of every write that moved a position.
   engine(ingest_config cfg, std::vector<view_def> views, storage::db& db,
-         ownership_registry& ownership, prometheus::Registry* metrics);
+         ownership_registry& ownership, prometheus::Registry* metrics,
+         change_notifier* notifier = nullptr);
   ~engine();
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -72,6 +75,8 @@ class engine {
   // Writes the pending batch, commits positions to the group, leaves the group and
   // joins the thread. Idempotent.
   void stop();
+  // Makes a start() that is still waiting for Kafka give up promptly. Any thread.
+  void abort_start();
 
   const ingest_stats& stats() const;
   // Fatal error that stopped the loop (empty while healthy).

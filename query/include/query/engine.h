@@ -51,6 +51,60 @@ struct query_result {
   static query_result fail(failure_reason r, std::string m) { return {std::nullopt, r, std::move(m)}; }
 };
 
+// A range of keys, in serialized byte order across all partitions of the store.
+struct range_query {
+  std::string store;
+  std::optional<std::string> from;    // inclusive lower bound
+  std::optional<std::string> to;      // exclusive upper bound
+  std::optional<std::string> prefix;  // keys starting with these bytes (combined with from/to)
+  bool descending = false;
+  std::optional<std::string> after;   // resume strictly after this key, in iteration order
+};
+
+struct range_entry {
+  std::string key;    // serialized key bytes
+  std::string value;  // the record's value bytes
+  int64_t offset;     // offset of the record that wrote it
+  int32_t partition;
+};
+
+// Reads a range lazily from one snapshot: a k-way merge of per-partition iterators,
+// each bounded to the range. Holds the snapshot (and so old data) while alive, so
+// callers keep it short-lived. Not thread-safe; one reader at a time.
+class range_stream {
+ public:
+  virtual ~range_stream() = default;
+  // Appends up to `max` entries to `out`; false once the range is exhausted.
+  virtual bool next(std::vector<range_entry>& out, size_t max) = 0;
+  // Positions of every partition the range covers, as of the snapshot.
+  virtual const position& pos() const = 0;
+  virtual status error() const = 0;
+};
+
+struct range_answer {
+  std::vector<range_entry> entries;
+  bool more = false;  // entries beyond the limit exist
+  position pos;
+};
+
+struct count_answer {
+  uint64_t count = 0;
+  bool exact = false;
+  position pos;
+};
+
+struct batch_entry {
+  std::string key;
+  std::optional<std::string> value;
+  int64_t offset = -1;
+  int32_t partition = -1;
+};
+
+struct batch_answer {
+  std::vector<batch_entry> entries;  // in request order
+  position pos;                      // every partition touched
+};
+
 struct partition_info {
   int32_t partition;
   bool assigned;
@@ -79,6 +133,26 @@ class engine {
   // "absent" for a partition this instance does not hold current.
   query_result<key_answer> get(const key_query& q) const;
 
+  // Many keys at once (one MultiGet, one snapshot); each must be on a partition held
+  // current here.
+  query_result<batch_answer> get_many(std::string_view store, const std::vector<std::string>& keys) const;
+
+  // A range across every partition of the store, merged into one byte order. Needs
+  // every partition of the topic current on this instance.
+  query_result<std::unique_ptr<range_stream>> open_range(const range_query& q) const;
+  // A page of at most `limit` entries of open_range(q).
+  query_result<range_answer> range(const range_query& q, size_t limit) const;
+
+  // Number of keys: exact (a scan) when the store holds at most `exact_limit` keys by
+  // RocksDB's estimate, otherwise the estimate, marked inexact.
+  query_result<count_answer> count(std::string_view store, uint64_t exact_limit) const;
+
+  // True when, for every (partition, offset) in `bound`, the record at that offset has
+  // been applied (the stored next offset is beyond it). Partitions must exist.
+  query_result<bool> reached(std::string_view store, const position& bound) const;
+  // Current stored positions of every partition of a store held here.
+  query_result<position> current_position(std::string_view store) const;
+
   // Metadata of a store: partitions, positions, size estimates.
   query_result<store_info> describe(std::string_view store) const;
 
@@ -87,6 +161,12 @@ class engine {
   storage::db& db_;
   const ownership_registry& ownership_;
   std::map<std::string, partitioner_fn, std::less<>> partitioners_;
+
+  // Fails unless every partition of the view's topic is assigned here and current.
+  template <typename T>
+  std::optional<query_result<T>> require_all_partitions(const view_def& v, int32_t& count) const;
+  template <typename T>
+  std::optional<query_result<T>> require_partition(const view_def& v, int32_t partition) const;
 };
 
 }  // namespace kstate::query

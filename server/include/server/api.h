@@ -1,28 +1,60 @@
 #pragma once
-// The REST API: translates HTTP requests into query calls and query results into JSON
-// or problem+json. Plain functions from request to response; no sockets here.
+// The REST API: translates HTTP requests into query calls and query results into JSON,
+// NDJSON or problem+json. No sockets here: the handler is a function from request to
+// a (possibly later) response.
 
 #include <atomic>
-#include <functional>
+#include <chrono>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/ownership.h"
 #include "query/engine.h"
+#include "query/freshness.h"
 #include "server/http.h"
 
 namespace prometheus { class Registry; }
 
 namespace kstate::server {
 
-struct api_context {
-  const query::engine* queries = nullptr;
-  const ownership_registry* ownership = nullptr;
-  prometheus::Registry* metrics = nullptr;  // may be null: /metrics then answers 404
-  std::string instance;                     // advertised endpoint, reported in answers
-  const std::atomic<bool>* draining = nullptr;  // true once shutdown began: /readyz 503
+struct api_config {
+  // Entries per range page when the request gives no limit. Default 100.
+  uint32_t default_limit = 100;
+  // Largest limit a request may ask for. Default 1,000.
+  uint32_t max_limit = 1'000;
+  // Most keys in one batchGet. Default 1,000.
+  uint32_t max_batch_keys = 1'000;
+  // Streaming (NDJSON) scans open at once; more get 503 + Retry-After. Default 8.
+  uint32_t max_concurrent_scans = 8;
+  // Count answers are exact (a scan) up to this many keys (RocksDB's estimate),
+  // estimated above it. Default 1,000,000.
+  uint64_t exact_count_limit = 1'000'000;
+  // min_position wait when the request gives no timeout_ms, and the most it may ask. 
+  std::chrono::milliseconds default_wait{5'000};
+  std::chrono::milliseconds max_wait{60'000};
 };
 
-// The handler serving /livez, /readyz, /metrics and /v1/... .
-http_handler make_api_handler(api_context ctx);
+struct api_context {
+  const query::engine* queries = nullptr;
+  query::freshness_waiter* waiter = nullptr;
+  const ownership_registry* ownership = nullptr;
+  prometheus::Registry* metrics = nullptr;  // may be null: /metrics then answers 404
+  std::string instance;                     // advertised endpoint, reported as served_by
+  const std::atomic<bool>* draining = nullptr;  // true once shutdown began: /readyz 503
+  std::string openapi_json;                 // served at /openapi.json
+  api_config limits;
+};
+
+// One route: method and path template, e.g. GET /v1/stores/{store}/keys/{key}.
+struct route_info {
+  std::string method;
+  std::string path;
+};
+// Every route the API answers (the OpenAPI spec must describe exactly these).
+std::vector<route_info> api_routes();
+
+// The handler serving /livez, /readyz, /metrics, /openapi.json and /v1/... .
+async_http_handler make_api_handler(api_context ctx);
 
 }  // namespace kstate::server

@@ -23,6 +23,12 @@ class app {
   status start();
   // /readyz turns 503 so load balancers stop sending traffic; everything else goes on.
   void begin_drain();
+  // Asks the instance to stop: a start() still waiting for Kafka gives up, and wait()
+  // returns. Safe from any thread (e.g. a signal-handling thread).
+  void request_stop();
+  // Blocks until request_stop() or a fatal ingest error; returns the exit code (0 on a
+  // requested stop, 1 on a fatal error).
+  int wait();
   // Stops HTTP (finishing in-flight requests), writes pending state, leaves the group,
   // flushes and closes RocksDB. Idempotent.
   void stop();

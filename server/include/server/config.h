@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "core/view.h"
 #include "ingest/engine.h"
+#include "server/api.h"
 #include "server/http_server.h"
 #include "storage/db.h"
 
@@ -26,6 +27,7 @@ struct app_config {
   std::string advertised_endpoint;
 
   http_config http;
+  api_config query;
   ingest::ingest_config ingest;
   storage::db_options rocksdb;
   std::vector<view_def> views;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,11 +30,27 @@ struct http_request {
   std::optional<std::string> param(std::string_view name) const;
 };
 
+// A response body produced piece by piece (NDJSON scans), sent with chunked transfer
+// encoding. The server asks for the next piece only after the previous one was written
+// to the socket, so a slow client never makes the server hold more than one piece.
+// next() runs on an I/O thread: each call must do bounded work. An exception from
+// next() aborts the response (the connection closes without the final chunk, so the
+// client sees a truncated body rather than a wrong one).
+class body_source {
+ public:
+  virtual ~body_source() = default;
+  // Appends the next piece to `out`; returns false once the body is complete (`out`
+  // may still hold a last piece then).
+  virtual bool next(std::string& out) = 0;
+};
+
 struct http_response {
   unsigned status = 200;
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers (Retry-After, Link, ...)
+  // When set, `body` is ignored and the body is streamed from here (chunked).
+  std::shared_ptr<body_source> stream;
 
   http_response& with_header(std::string name, std::string value) {
     headers.emplace_back(std::move(name), std::move(value));
@@ -42,5 +59,11 @@ struct http_response {
 };
 
 using http_handler = std::function<http_response(const http_request&)>;
+
+// Completes a request. Call exactly once, from any thread; later calls are ignored.
+using http_responder = std::function<void(http_response)>;
+// A handler that may answer later (e.g. after waiting for ingest to reach a position)
+// without holding an I/O thread. It must not block; it calls `reply` when it can.
+using async_http_handler = std::function<void(const http_request&, http_responder reply)>;
 
 }  // namespace kstate::server

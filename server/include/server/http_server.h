@@ -43,6 +43,7 @@ struct http_config {
 class http_server {
  public:
   http_server(http_config cfg, http_handler handler);
+  http_server(http_config cfg, async_http_handler handler);
   ~http_server();
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;

@@ -18,6 +18,11 @@ enum class failure_reason {
   bad_request,          // 400, 40001  (generic malformed request, bad parameter)
   bad_key_encoding,     // 400, 40002  (percent-decoding, key_format decoding)
   bad_path_encoding,    // 400, 40003  (invalid percent-encoding in the path)
+  bad_cursor,           // 400, 40004  (damaged cursor, or one made for another query)
+  bad_limit,            // 400, 40005  (limit not a number in 1..max)
+  bad_position,         // 400, 40006  (min_position not "partition:offset[,...]")
+  unknown_parameter,    // 400, 40007  (a query parameter the route does not take)
+  bad_body,             // 400, 40008  (request body is not the expected JSON)
   method_not_allowed,   // 405, 40501
   not_acceptable,       // 406, 40601
   payload_too_large,    // 413, 41301
@@ -28,6 +33,8 @@ enum class failure_reason {
   not_caught_up,        // 503, 50301  (partition assigned here but still restoring)
   not_owner,            // 503, 50302  (partition not assigned to this instance)
   shutting_down,        // 503, 50303
+  position_not_reached, // 503, 50304  (min_position not applied within timeout_ms)
+  scan_capacity,        // 503, 50305  (too many streaming scans at once)
 };
 
 struct failure_info {

@@ -89,6 +89,36 @@ struct get_result {
   std::optional<int64_t> position;    // the partition's position in the same snapshot
 };
 
+// Iterates one partition's keys of one view within bounds, in key byte order (or its
+// reverse). Keys and values are valid until the next call to next(). Not thread-safe.
+class partition_iterator {
+ public:
+  virtual ~partition_iterator() = default;
+  virtual bool valid() const = 0;
+  virtual std::string_view key() const = 0;    // the record key, without the partition prefix
+  virtual std::string_view value() const = 0;
+  virtual void next() = 0;                     // towards the end of the iteration order
+  virtual status error() const = 0;            // non-ok when iteration stopped on an error
+};
+
+// A consistent view of the database at one instant: every read through it (values,
+// positions, iterators) sees the same state, whatever ingest writes meanwhile.
+// Safe to share between threads; the snapshot is released with the last reference.
+class snapshot {
+ public:
+  virtual ~snapshot() = default;
+  virtual result<std::optional<int64_t>> position(view_id view, int32_t partition) const = 0;
+  virtual result<std::optional<std::string>> get(view_id view, int32_t partition, std::string_view key) const = 0;
+  // One RocksDB MultiGet for many keys, each with its partition. Results in input order.
+  virtual result<std::vector<std::optional<std::string>>> multi_get(
+      view_id view, const std::vector<std::pair<int32_t, std::string>>& keys) const = 0;
+  // Keys k of `partition` with lower <= k < upper (a missing bound is open), ascending,
+  // or descending when `descending`.
+  virtual std::unique_ptr<partition_iterator> scan(view_id view, int32_t partition,
+                                                   std::optional<std::string> lower,
+                                                   std::optional<std::string> upper, bool descending) const = 0;
+};
+
 class db {
  public:
   // Opens (or creates) the database with a column family for each view. Column
@@ -115,6 +145,9 @@ class db {
 
   // Value and position read from one snapshot, so the position describes the value.
   result<get_result> get(view_id view, int32_t partition, std::string_view key) const;
+
+  // A consistent read view of everything, taken now.
+  std::shared_ptr<const snapshot> read_snapshot() const;
 
   result<view_stats> stats(view_id view) const;
 
