@@ -76,7 +76,7 @@ result<std::string> base64url_decode(std::string_view text) {
   out.resize(static_cast<size_t>(n) - missing);
   // Reject non-canonical encodings (stray bits in the last character), so each key has
   // exactly one spelling.
-  if (base64url_encode(out) != std::string_view(s).substr(0, s.size() - missing))
+  if (base64url_encode(out) != text.substr(0, text.size() - pad))
     return invalid_argument("invalid base64url: non-canonical encoding");
   return out;
 }

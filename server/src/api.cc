@@ -631,7 +631,8 @@ http_response api::count(const http_request& req, const captures& c) const {
 
 std::vector<route_info> api_routes() {
   std::vector<route_info> out;
-  for (const auto& r : api::routes()) out.push_back({r.method, r.path_template()});
+  for (const auto& r : api::routes())
+    out.push_back({r.method, r.path_template(), {r.params.begin(), r.params.end()}});
   return out;
 }
 

@@ -102,6 +102,83 @@ void produce(const std::string& topic, const std::vector<produced>& records) {
   std::filesystem::remove(file);
 }
 
+std::string hex(std::string_view bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+namespace {
+std::string bytes_line(const produced& r) {
+  return (r.key ? hex(*r.key) : "-") + "\t" + (r.value ? hex(*r.value) : "-") + "\n";
+}
+}  // namespace
+
+std::vector<std::pair<int32_t, int64_t>> produce_bytes(const std::string& topic, const std::vector<produced>& records) {
+  auto file = std::filesystem::temp_directory_path() / unique_name("kstate-produce-bytes");
+  {
+    std::ofstream out(file, std::ios::binary);
+    for (const auto& r : records) out << bytes_line(r);
+  }
+  auto out = kafka("produce-bytes --topic " + quote(topic) + " < " + quote(file.string()));
+  std::filesystem::remove(file);
+  std::vector<std::pair<int32_t, int64_t>> where;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    where.emplace_back(std::stoi(line.substr(0, colon)), std::stoll(line.substr(colon + 1)));
+  }
+  REQUIRE(where.size() == records.size());
+  return where;
+}
+
+interactive_producer::interactive_producer(const std::string& topic) {
+  int in[2], out[2];
+  REQUIRE(::pipe(in) == 0);
+  REQUIRE(::pipe(out) == 0);
+  auto script = std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka";
+  pid_ = ::fork();
+  REQUIRE(pid_ >= 0);
+  if (pid_ == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::close(in[1]);
+    ::close(out[0]);
+    ::execl(script.c_str(), script.c_str(), "produce-bytes", "--topic", topic.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  to_ = in[1];
+  from_ = ::fdopen(out[0], "r");
+}
+
+interactive_producer::~interactive_producer() {
+  if (to_ >= 0) ::close(to_);  // end of input: the producer flushes and exits
+  if (from_) std::fclose(from_);
+  if (pid_ > 0) {
+    int st;
+    ::waitpid(pid_, &st, 0);
+  }
+}
+
+std::pair<int32_t, int64_t> interactive_producer::send(const produced& r) {
+  auto line = bytes_line(r);
+  REQUIRE(::write(to_, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
+  char buf[128];
+  REQUIRE(std::fgets(buf, sizeof buf, from_) != nullptr);
+  std::string s(buf);
+  auto colon = s.find(':');
+  REQUIRE(colon != std::string::npos);
+  return {std::stoi(s.substr(0, colon)), std::stoll(s.substr(colon + 1))};
+}
+
 std::vector<consumed> consume_all(const std::string& topic, size_t expected) {
   // The default formatter with these properties prints, tab-separated:
   //   Partition:P  Offset:O  headers (k:v,k:v or NO_HEADERS)  key  value
@@ -165,10 +242,22 @@ void http_client::close() {
   fd_ = -1;
 }
 
-std::optional<http_answer> http_client::get(const std::string& target) {
+std::optional<http_answer> http_client::get(const std::string& target,
+                                            const std::vector<std::pair<std::string, std::string>>& headers) {
+  std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
+  for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
+  return raw(req + "\r\n");
+}
+
+std::optional<http_answer> http_client::post(const std::string& target, const std::string& content_type,
+                                             const std::string& body) {
+  return raw("POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: " + content_type +
+             "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+}
+
+std::optional<http_answer> http_client::raw(const std::string& req) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (fd_ < 0 && !connect()) return std::nullopt;
-    std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n";
     if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
       close();
       continue;  // the server closed an idle keep-alive connection: reconnect once
@@ -202,12 +291,31 @@ std::optional<http_answer> http_client::get(const std::string& target) {
       while (!value.empty() && value.front() == ' ') value.erase(0, 1);
       a.headers[name] = value;
     }
-    size_t length = a.headers.count("content-length") ? std::stoul(a.headers["content-length"]) : 0;
-    a.body = buf.substr(header_end + 4);
-    while (a.body.size() < length) {
+    std::string rest = buf.substr(header_end + 4);
+    auto more = [&]() {
       auto n = ::recv(fd_, chunk, sizeof chunk, 0);
-      if (n <= 0) { close(); return std::nullopt; }
-      a.body.append(chunk, static_cast<size_t>(n));
+      if (n <= 0) return false;
+      rest.append(chunk, static_cast<size_t>(n));
+      return true;
+    };
+    if (a.headers["transfer-encoding"] == "chunked") {
+      // Decode chunks until the terminating zero-size chunk.
+      for (;;) {
+        size_t eol;
+        while ((eol = rest.find("\r\n")) == std::string::npos)
+          if (!more()) { close(); return std::nullopt; }
+        size_t size = std::stoul(rest.substr(0, eol), nullptr, 16);
+        while (rest.size() < eol + 2 + size + 2)
+          if (!more()) { close(); return std::nullopt; }
+        a.body += rest.substr(eol + 2, size);
+        rest.erase(0, eol + 2 + size + 2);
+        if (size == 0) break;
+      }
+    } else {
+      size_t length = a.headers.count("content-length") ? std::stoul(a.headers["content-length"]) : 0;
+      while (rest.size() < length)
+        if (!more()) { close(); return std::nullopt; }
+      a.body = rest.substr(0, length);
     }
     if (a.headers["connection"] == "close") close();
     return a;
@@ -245,7 +353,8 @@ kstate_process::kstate_process(std::string application_id, std::vector<view> vie
       << "kafka: {session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\"}\n"
       << "views:\n";
   for (const auto& v : views) {
-    cfg << "  - {name: " << v.name << ", topic: " << v.topic << ", value_format: " << v.value_format;
+    cfg << "  - {name: " << v.name << ", topic: " << v.topic << ", value_format: " << v.value_format
+        << ", key_format: " << v.key_format;
     if (!v.dead_letter_topic.empty()) cfg << ", dead_letter_topic: " << v.dead_letter_topic;
     cfg << "}\n";
   }

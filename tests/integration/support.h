@@ -42,6 +42,25 @@ struct produced {
 // default partitioner), in order. Keys and values must not contain tabs or newlines.
 void produce(const std::string& topic, const std::vector<produced>& records);
 
+// Produces arbitrary bytes with the real Java client (default partitioner) and
+// returns each record's (partition, offset), in order.
+std::vector<std::pair<int32_t, int64_t>> produce_bytes(const std::string& topic, const std::vector<produced>& records);
+
+// A long-lived Java producer: send() returns once the record is acknowledged.
+class interactive_producer {
+ public:
+  explicit interactive_producer(const std::string& topic);
+  ~interactive_producer();
+  std::pair<int32_t, int64_t> send(const produced& r);
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1;
+  FILE* from_ = nullptr;
+};
+
+std::string hex(std::string_view bytes);
+
 // A record read back with the Java console consumer.
 struct consumed {
   int32_t partition;
@@ -64,7 +83,11 @@ class http_client {
   explicit http_client(uint16_t port) : port_(port) {}
   ~http_client();
   // nullopt when the connection failed (server down).
-  std::optional<http_answer> get(const std::string& target);
+  std::optional<http_answer> get(const std::string& target,
+                                 const std::vector<std::pair<std::string, std::string>>& headers = {});
+  std::optional<http_answer> post(const std::string& target, const std::string& content_type, const std::string& body);
+  // Sends raw bytes and reads one response.
+  std::optional<http_answer> raw(const std::string& request);
 
  private:
   bool connect();
@@ -84,6 +107,7 @@ class kstate_process {
     std::string topic;
     std::string value_format = "json";
     std::string dead_letter_topic;
+    std::string key_format = "string";
   };
   kstate_process(std::string application_id, std::vector<view> views, std::string state_dir);
   ~kstate_process();

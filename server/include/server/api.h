@@ -50,6 +50,7 @@ struct api_context {
 struct route_info {
   std::string method;
   std::string path;
+  std::vector<std::string> params;  // query parameters the route accepts, sorted
 };
 // Every route the API answers (the OpenAPI spec must describe exactly these).
 std::vector<route_info> api_routes();
