@@ -1,0 +1,167 @@
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "core/value_codec.h"
+#include "query/cursor.h"
+#include "query/engine.h"
+#include "query/key_format.h"
+
+using namespace kstate;
+using namespace kstate::query;
+
+TEST_CASE("key formats decode to the bytes producers write") {
+  CHECK(decode_key(key_format::string, "h\xc3\xa9").value() == "h\xc3\xa9");
+  CHECK_FALSE(decode_key(key_format::string, "\xc0\xaf").ok());  // overlong '/'
+  // LongSerializer: 8 bytes big-endian, two's complement.
+  CHECK(decode_key(key_format::long_be, "1").value() == std::string("\0\0\0\0\0\0\0\x01", 8));
+  CHECK(decode_key(key_format::long_be, "-1").value() == std::string(8, '\xff'));
+  CHECK(decode_key(key_format::long_be, "258").value() == std::string("\0\0\0\0\0\0\x01\x02", 8));
+  for (const char* bad : {"", "1.5", "x", "99999999999999999999", " 1"}) CHECK_FALSE(decode_key(key_format::long_be, bad).ok());
+  // JSON: compact, member order kept.
+  CHECK(decode_key(key_format::json, R"({ "b": 1, "a": [1, 2] })").value() == R"({"b":1,"a":[1,2]})");
+  CHECK_FALSE(decode_key(key_format::json, "{").ok());
+}
+
+TEST_CASE("base64url: RFC 4648 test vectors, with and without padding; one spelling per key") {
+  const std::pair<const char*, const char*> vectors[] = {
+      {"", ""}, {"f", "Zg"}, {"fo", "Zm8"}, {"foo", "Zm9v"}, {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}};
+  for (auto [plain, enc] : vectors) {
+    CHECK(base64url_encode(plain) == enc);
+    CHECK(base64url_decode(enc).value() == plain);
+  }
+  CHECK(base64url_decode("Zg==").value() == "f");
+  CHECK(base64url_encode("\xfb\xff") == "-_8");
+  CHECK(base64url_decode("-_8").value() == "\xfb\xff");
+  CHECK(base64_encode("\xfb\xff") == "+/8=");
+  for (const char* bad : {"Z", "Zg=", "Z=g", "+/8", "Zh", "a b", "Zg==="}) {
+    CAPTURE(bad);
+    CHECK_FALSE(base64url_decode(bad).ok());
+  }
+}
+
+TEST_CASE("cursors round-trip, and refuse damage or another query") {
+  std::string key("k\0/\xff", 4);
+  auto token = encode_cursor({key}, "query-1");
+  auto back = decode_cursor(token, "query-1");
+  REQUIRE(back.ok());
+  CHECK(back->last_key == key);
+  CHECK_FALSE(decode_cursor(token, "query-2").ok());
+  for (size_t i = 0; i < token.size(); ++i) {
+    std::string t = token;
+    t[i] = t[i] == 'A' ? 'B' : 'A';
+    CHECK_FALSE(decode_cursor(t, "query-1").ok());
+  }
+  CHECK_FALSE(decode_cursor(token.substr(0, token.size() - 2), "query-1").ok());
+  CHECK_FALSE(decode_cursor("", "query-1").ok());
+}
+
+namespace {
+// A store with keys spread over partitions as a partitioner would, all partitions
+// assigned and ready, and a sorted model of it.
+struct fixture {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kstate-query-" + std::to_string(std::random_device{}()));
+  std::vector<view_def> views{view_def{.name = "s", .topic = "t", .key_format = data_format::bytes}};
+  std::unique_ptr<storage::db> db;
+  ownership_registry owner;
+  std::map<std::string, std::string> model;
+  std::unique_ptr<engine> q;
+  static constexpr int partitions = 5;
+  static int32_t part(std::string_view k, int32_t n) { return static_cast<int32_t>(std::hash<std::string_view>{}(k) % n); }
+
+  fixture() {
+    db = std::move(storage::db::open({.path = dir.string()}, {"s"}).value());
+    std::mt19937 rng(1);
+    std::uniform_int_distribution<int> len(0, 6), byte(0, 255);
+    auto b = db->new_batch();
+    for (int i = 0; i < 2000; ++i) {
+      std::string k;
+      for (int j = len(rng); j > 0; --j) k.push_back(static_cast<char>(byte(rng) % 4 == 0 ? 0 : byte(rng)));
+      std::string v = "v" + std::to_string(i);
+      model[k] = v;
+      b.put(0, part(k, partitions), k, frame_value(i, v));
+    }
+    for (int p = 0; p < partitions; ++p) b.set_position(0, p, 100 + p);
+    REQUIRE(db->write(b).ok());
+    owner.set_partition_count("t", partitions);
+    std::vector<ownership_registry::assignment> all;
+    for (int p = 0; p < partitions; ++p) all.push_back({"t", p, 0, true});
+    owner.assign(all);
+    q = std::make_unique<engine>(views, *db, owner, std::map<std::string, partitioner_fn>{{"s", &fixture::part}});
+  }
+  ~fixture() {
+    q.reset();
+    db.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+}  // namespace
+
+TEST_CASE("ranges merge all partitions into one byte order, equal to a sorted model") {
+  fixture f;
+  std::vector<std::string> keys;
+  for (auto& [k, v] : f.model) keys.push_back(k);
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<size_t> any(0, keys.size() - 1);
+  for (int t = 0; t < 200; ++t) {
+    range_query rq{.store = "s"};
+    if (t % 3) rq.from = keys[any(rng)];
+    if (t % 5) rq.to = keys[any(rng)];
+    if (t % 7 == 0) rq.prefix = keys[any(rng)].substr(0, 1);
+    rq.descending = t % 2;
+    std::vector<std::pair<std::string, std::string>> want;
+    for (auto& [k, v] : f.model) {
+      if (rq.from && k < *rq.from) continue;
+      if (rq.to && !(k < *rq.to)) continue;
+      if (rq.prefix && k.compare(0, rq.prefix->size(), *rq.prefix) != 0) continue;
+      want.emplace_back(k, v);
+    }
+    if (rq.descending) std::reverse(want.begin(), want.end());
+    // Page with a small limit, resuming after the last key each time.
+    std::vector<std::pair<std::string, std::string>> got;
+    for (;;) {
+      auto page = f.q->range(rq, 3);
+      REQUIRE(page.ok());
+      for (auto& e : page.answer->entries) {
+        got.emplace_back(e.key, e.value);
+        CHECK(e.partition == fixture::part(e.key, fixture::partitions));
+      }
+      CHECK(page.answer->pos.size() == static_cast<size_t>(fixture::partitions));
+      if (!page.answer->more) break;
+      rq.after = page.answer->entries.back().key;
+    }
+    CHECK(got == want);
+  }
+}
+
+TEST_CASE("count, batch get and positions") {
+  fixture f;
+  auto c = f.q->count("s", 1'000'000);
+  REQUIRE(c.ok());
+  CHECK(c.answer->exact);
+  CHECK(c.answer->count == f.model.size());
+  auto approx = f.q->count("s", 0);
+  REQUIRE(approx.ok());
+  CHECK_FALSE(approx.answer->exact);
+
+  std::vector<std::string> keys{f.model.begin()->first, "\xff\xff\xff\xff\xff\xff\xff-absent"};
+  auto b = f.q->get_many("s", keys);
+  REQUIRE(b.ok());
+  REQUIRE(b.answer->entries.size() == 2);
+  CHECK(b.answer->entries[0].value == f.model.begin()->second);
+  CHECK_FALSE(b.answer->entries[1].value);
+
+  CHECK(f.q->reached("s", {{2, 101}}).answer == true);   // position 102: offset 101 applied
+  CHECK(f.q->reached("s", {{2, 102}}).answer == false);
+  CHECK(f.q->range({.store = "nope"}, 1).failure == failure_reason::unknown_query_store);
+}
+
+TEST_CASE("a range over partitions not held here fails instead of answering partially") {
+  fixture f;
+  f.owner.revoke("t", 3);
+  auto r = f.q->range({.store = "s"}, 10);
+  CHECK(r.failure == failure_reason::not_active);
+  CHECK(f.q->count("s", 1'000'000).failure == failure_reason::not_active);
+}
