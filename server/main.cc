@@ -1,28 +1,82 @@
 // kstate: materializes Kafka topics into RocksDB tables and serves them over HTTP.
 // Config, wiring and signals only; everything else lives in the libraries.
 
+#include <malloc.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
-#include <thread>
-#include <cstdio>
 #include <iostream>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <thread>
 
 #include "server/app.h"
 #include "server/config.h"
 
+extern char** environ;
 
+namespace {
+
+// JSON lines: one object per log record, fields escaped by spdlog's formatter pattern
+// ({"ts","level","logger","msg"}). Messages are escaped for quotes and backslashes.
+class json_formatter final : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    auto escape = [&](std::string_view s) {
+      for (unsigned char c : s) {
+        switch (c) {
+          case '"': dest.append(std::string_view("\\\"")); break;
+          case '\\': dest.append(std::string_view("\\\\")); break;
+          case '\n': dest.append(std::string_view("\\n")); break;
+          case '\r': dest.append(std::string_view("\\r")); break;
+          case '\t': dest.append(std::string_view("\\t")); break;
+          default:
+            if (c < 0x20) fmt::format_to(std::back_inserter(dest), "\\u{:04x}", c);
+            else dest.push_back(static_cast<char>(c));
+        }
+      }
+    };
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count();
+    fmt::format_to(std::back_inserter(dest), R"({{"ts_ms":{},"level":")", ms);
+    auto lvl = spdlog::level::to_string_view(msg.level);
+    dest.append(lvl.data(), lvl.data() + lvl.size());
+    dest.append(std::string_view(R"(","logger":")"));
+    escape(std::string_view(msg.logger_name.data(), msg.logger_name.size()));
+    dest.append(std::string_view(R"(","msg":")"));
+    escape(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(std::string_view("\"}\n"));
+  }
+  std::unique_ptr<spdlog::formatter> clone() const override { return std::make_unique<json_formatter>(); }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  // glibc gives each thread that allocates its own arena (up to 8 per core); memory
+  // freed in one arena is not reused by others, which grows RSS far past what is in
+  // use. A few arenas keep the fixed overhead small (docs/operations.md); the
+  // MALLOC_ARENA_MAX environment variable still overrides this.
+  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
   CLI::App cli{"kstate: query the state that lives in Kafka"};
-  std::string config_path, check_path, log_level = "info";
+  std::string config_path, check_path, log_level = "info", log_format = "text";
+  std::vector<std::string> sets, kafka_props;
+  std::string listen, bootstrap, state_dir, application_id, advertised;
   bool version = false;
   cli.add_option("-c,--config", config_path, "YAML configuration file");
-  cli.add_option("--check-config", check_path, "validate a configuration file, print it (secrets redacted), exit");
+  cli.add_option("--check-config", check_path,
+                 "validate a configuration file (with environment and flag overrides), print the effective "
+                 "configuration with secrets redacted, exit");
+  cli.add_option("--set", sets, "override any key: --set http.threads=4 (repeatable)");
+  cli.add_option("-X", kafka_props, "librdkafka property: -X security.protocol=SASL_SSL (repeatable)");
+  cli.add_option("--listen", listen, "same as --set http.listen=HOST:PORT");
+  cli.add_option("--bootstrap-servers", bootstrap, "same as --set bootstrap_servers=...");
+  cli.add_option("--state-dir", state_dir, "same as --set state_dir=...");
+  cli.add_option("--application-id", application_id, "same as --set application_id=...");
+  cli.add_option("--advertised-endpoint", advertised, "same as --set advertised_endpoint=...");
   cli.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  cli.add_option("--log-format", log_format, "text|json (JSON lines)")->check(CLI::IsMember({"text", "json"}));
   cli.add_flag("--version", version, "print the version and exit");
   CLI11_PARSE(cli, argc, argv);
 
@@ -31,10 +85,38 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ [%n] %v");
+  if (log_format == "json") spdlog::set_formatter(std::make_unique<json_formatter>());
+  else spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ [%n] %v");
+
+  // Precedence: defaults < file < environment < flags (later overrides win).
+  auto overrides = kstate::server::overrides_from_env(environ);
+  auto flag = [&](const std::string& path, const std::string& value, const std::string& origin) {
+    overrides.push_back({path, value, origin});
+  };
+  for (const auto& s : sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "kstate: --set " << s << ": expected KEY=VALUE\n";
+      return 2;
+    }
+    flag(s.substr(0, eq), s.substr(eq + 1), "--set");
+  }
+  for (const auto& x : kafka_props) {
+    auto eq = x.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "kstate: -X " << x << ": expected PROPERTY=VALUE\n";
+      return 2;
+    }
+    flag("kafka." + x.substr(0, eq), x.substr(eq + 1), "-X");
+  }
+  if (!listen.empty()) flag("http.listen", listen, "--listen");
+  if (!bootstrap.empty()) flag("bootstrap_servers", bootstrap, "--bootstrap-servers");
+  if (!state_dir.empty()) flag("state_dir", state_dir, "--state-dir");
+  if (!application_id.empty()) flag("application_id", application_id, "--application-id");
+  if (!advertised.empty()) flag("advertised_endpoint", advertised, "--advertised-endpoint");
 
   if (!check_path.empty()) {
-    auto cfg = kstate::server::load_config(check_path);
+    auto cfg = kstate::server::load_config(check_path, overrides);
     if (!cfg.ok()) {
       std::cerr << "kstate: " << cfg.error().message() << "\n";
       return 2;
@@ -46,14 +128,14 @@ int main(int argc, char** argv) {
     std::cerr << "kstate: --config FILE is required (see --help)\n";
     return 2;
   }
-  auto cfg = kstate::server::load_config(config_path);
+  auto cfg = kstate::server::load_config(config_path, overrides);
   if (!cfg.ok()) {
     std::cerr << "kstate: " << cfg.error().message() << "\n";
     return 2;
   }
 
-  // Signals are taken synchronously by the main thread; every thread started below
-  // inherits the blocked mask.
+  // Signals are taken synchronously by one thread; every thread started below inherits
+  // the blocked mask.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -67,7 +149,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto& a = *created.value();
-  // One thread takes SIGTERM/SIGINT synchronously, at any time, even during start.
+  // One thread takes SIGTERM/SIGINT at any time, even during start.
   std::atomic<bool> signalled{false};
   std::thread signals([&] {
     int sig = 0;
@@ -86,8 +168,7 @@ int main(int argc, char** argv) {
   } else {
     rc = a.wait();
   }
-  a.begin_drain();
-  a.stop();
+  a.shutdown(rc == 0);
   // Wake the signal thread if it is still waiting (fatal error or failed start).
   if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);
   signals.join();

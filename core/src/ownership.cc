@@ -14,6 +14,8 @@ void ownership_registry::assign(const std::vector<assignment>& added) {
     p.assigned = true;
     p.catch_up_target = a.catch_up_target;
     p.ready = a.ready;
+    p.high_watermark = a.catch_up_target;
+    p.applied = -1;
   }
   joined_ = true;
   ++generation_;
@@ -31,6 +33,15 @@ void ownership_registry::mark_ready(const std::string& topic, int32_t partition)
   std::lock_guard lock(mu_);
   auto& p = topics_[topic].partitions[partition];
   if (p.assigned) p.ready = true;
+}
+
+void ownership_registry::update_progress(const std::string& topic, int32_t partition, int64_t applied,
+                                         int64_t high_watermark) {
+  std::lock_guard lock(mu_);
+  auto& p = topics_[topic].partitions[partition];
+  if (!p.assigned) return;
+  p.applied = applied;
+  if (high_watermark >= 0) p.high_watermark = high_watermark;
 }
 
 void ownership_registry::mark_joined() {

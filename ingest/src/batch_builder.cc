@@ -82,8 +82,10 @@ void batch_builder::add(const record& r) {
     // must not apply it twice.
     if (r.offset < pos) continue;
     auto reason = validate(*slot.def, r);
+    auto& vc = view_counts_[std::make_tuple(slot.def->name, tp.first, r.partition)];
     if (!reason.empty()) {
       ++c.invalid;
+      ++vc.invalid;
       rejections_.push_back(rejection{
           slot.def->name, slot.def->dead_letter_topic, tp.first, r.partition, r.offset,
           r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
@@ -91,9 +93,11 @@ void batch_builder::add(const record& r) {
     } else if (r.value) {
       batch_.put(slot.id, r.partition, *r.key, frame_value(r.offset, *r.value));
       ++c.applied;
+      ++vc.applied;
     } else {
       batch_.del(slot.id, r.partition, *r.key);
       ++c.applied;
+      ++vc.applied;
     }
     // The position advances past rejected records too: they are handled (counted,
     // dead-lettered) and must not be read again.
@@ -108,6 +112,7 @@ void batch_builder::reset() {
   rejections_.clear();
   touched_.clear();
   counts_.clear();
+  view_counts_.clear();
   pending_ = 0;
 }
 

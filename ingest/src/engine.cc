@@ -3,6 +3,7 @@
 #include <librdkafka/rdkafka.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "ingest/batch_builder.h"
+#include "ingest/membership.h"
 
 namespace kstate::ingest {
 namespace {
@@ -81,6 +83,10 @@ struct engine::impl {
   prometheus::Family<prometheus::Counter>* m_consumed = nullptr;
   prometheus::Family<prometheus::Counter>* m_consumed_bytes = nullptr;
   prometheus::Family<prometheus::Counter>* m_invalid = nullptr;
+  prometheus::Family<prometheus::Counter>* m_applied = nullptr;
+  prometheus::Histogram* m_batch_records = nullptr;
+  prometheus::Histogram* m_apply_seconds = nullptr;
+  std::chrono::steady_clock::time_point last_progress{};
   prometheus::Family<prometheus::Counter>* m_dead_lettered = nullptr;
   prometheus::Family<prometheus::Counter>* m_rebalances = nullptr;
 
@@ -112,8 +118,18 @@ struct engine::impl {
 
   status create_consumer() {
     conf_ptr conf(rd_kafka_conf_new());
-    // A default the kafka: map may change.
-    if (auto s = set_prop(conf.get(), "isolation.level", "read_committed"); !s.ok()) return s;
+    // Defaults the kafka: map may change. The prefetch queue and the fetch buffers are
+    // part of kstate's fixed memory overhead (docs/operations.md): librdkafka's defaults
+    // (64 MiB queue, 50 MiB fetches) would dwarf a small RocksDB budget; 8 MiB each
+    // still keeps ingest at full speed.
+    const std::pair<const char*, const char*> defaults[] = {
+        {"isolation.level", "read_committed"},
+        {"queued.max.messages.kbytes", "8192"},
+        {"fetch.max.bytes", "8388608"},
+        {"receive.message.max.bytes", "9437184"},
+    };
+    for (const auto& [k, v] : defaults)
+      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
     if (auto s = common_conf(conf.get()); !s.ok()) return s;
     const std::pair<const char*, std::string> fixed[] = {
         {"group.id", cfg.application_id},
@@ -126,6 +142,11 @@ struct engine::impl {
     };
     for (const auto& [k, v] : fixed)
       if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
+    // The group description then names this member's endpoint (membership_watcher).
+    if (!cfg.advertised_endpoint.empty())
+      if (auto s = set_prop(conf.get(), "client.id", encode_member_client_id(cfg.client_id, cfg.advertised_endpoint));
+          !s.ok())
+        return s;
     rd_kafka_conf_set_opaque(conf.get(), this);
     rd_kafka_conf_set_rebalance_cb(conf.get(), [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
                                                   rd_kafka_topic_partition_list_t* parts, void* opaque) {
@@ -245,6 +266,7 @@ struct engine::impl {
       if (e) { set_fatal(std::string("incremental unassign: ") + rd_kafka_error_string(e)); rd_kafka_error_destroy(e); }
       if (aerr) set_fatal(std::string("unassign: ") + rd_kafka_err2str(aerr));
     }
+    if (cfg.on_rebalance) cfg.on_rebalance();
   }
 
   // Sends the batch's rejections to their dead-letter topics and waits until Kafka has
@@ -295,6 +317,7 @@ struct engine::impl {
   // Writes the pending batch. False on a fatal error (the loop stops).
   bool flush() {
     if (builder->pending_records() == 0) return true;
+    auto started = std::chrono::steady_clock::now();
     if (!deliver_dead_letters()) {
       set_fatal("dead letters could not be delivered; stopping rather than losing them");
       return false;
@@ -315,8 +338,17 @@ struct engine::impl {
         prometheus::Labels l{{"topic", tp.first}, {"partition", std::to_string(tp.second)}};
         m_consumed->Add(l).Increment(static_cast<double>(c.records));
         m_consumed_bytes->Add(l).Increment(static_cast<double>(c.bytes));
+      }
+    }
+    if (m_applied) {
+      for (const auto& [key, c] : builder->view_counts()) {
+        prometheus::Labels l{{"store", std::get<0>(key)}, {"topic", std::get<1>(key)},
+                             {"partition", std::to_string(std::get<2>(key))}};
+        if (c.applied) m_applied->Add(l).Increment(static_cast<double>(c.applied));
         if (c.invalid) m_invalid->Add(l).Increment(static_cast<double>(c.invalid));
       }
+      m_batch_records->Observe(static_cast<double>(builder->pending_records()));
+      m_apply_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
     for (const auto& [tp, next] : builder->touched()) {
       applied[tp] = next;
@@ -335,6 +367,18 @@ struct engine::impl {
       ownership.mark_ready(topic, partition);
       log()->info("{}-{} caught up at {}", topic, partition, next);
     }
+  }
+
+  // Applied position and high watermark of every owned partition, for lag reporting.
+  // The watermarks are librdkafka's cached values from fetch responses: no request.
+  void publish_progress() {
+    for (const auto& [tp, next] : applied) {
+      int64_t low = -1, high = -1;
+      if (rd_kafka_get_watermark_offsets(consumer, tp.first.c_str(), tp.second, &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        high = -1;
+      ownership.update_progress(tp.first, tp.second, next, high);
+    }
+    last_progress = std::chrono::steady_clock::now();
   }
 
   void commit_positions(bool sync) {
@@ -390,10 +434,23 @@ struct engine::impl {
         if (!flush()) break;
       }
       if (clock::now() - last_commit >= cfg.commit_interval) commit_positions(false);
+      if (clock::now() - last_progress >= std::chrono::seconds(1)) publish_progress();
       if (dlq_producer) rd_kafka_poll(dlq_producer, 0);
     }
   }
 };
+
+status check_kafka_properties(const std::map<std::string, std::string>& props) {
+  conf_ptr conf(rd_kafka_conf_new());
+  for (const auto& [k, v] : props) {
+    char err[512];
+    if (rd_kafka_conf_set(conf.get(), k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
+      return invalid_argument("kafka." + k + ": " + err);
+  }
+  return status::ok_status();
+}
+
+std::string librdkafka_version() { return rd_kafka_version_str(); }
 
 engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, ownership_registry& ownership,
                prometheus::Registry* metrics, change_notifier* notifier)
@@ -406,6 +463,14 @@ engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, 
                                    .Help("Key and value bytes consumed from source topics").Register(*metrics);
     impl_->m_invalid = &prometheus::BuildCounter().Name("kstate_ingest_records_invalid_total")
                             .Help("Records rejected by a view (malformed)").Register(*metrics);
+    impl_->m_applied = &prometheus::BuildCounter().Name("kstate_ingest_records_applied_total")
+                            .Help("Records applied to a store").Register(*metrics);
+    impl_->m_batch_records = &prometheus::BuildHistogram().Name("kstate_ingest_batch_records")
+                                  .Help("Records per applied batch (one RocksDB write)").Register(*metrics)
+                                  .Add({}, prometheus::Histogram::BucketBoundaries{1, 10, 100, 1000, 5000, 10000, 50000});
+    impl_->m_apply_seconds = &prometheus::BuildHistogram().Name("kstate_ingest_apply_duration_seconds")
+                                  .Help("Time to apply one batch (dead letters + RocksDB write)").Register(*metrics)
+                                  .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1});
     impl_->m_dead_lettered = &prometheus::BuildCounter().Name("kstate_ingest_records_dead_lettered_total")
                                   .Help("Rejected records delivered to a dead-letter topic").Register(*metrics);
     impl_->m_rebalances = &prometheus::BuildCounter().Name("kstate_ingest_rebalances_total")

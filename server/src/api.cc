@@ -13,6 +13,7 @@
 #include "query/cursor.h"
 #include "query/key_format.h"
 #include "server/problem.h"
+#include "server/ui.h"
 
 namespace kstate::server {
 namespace {
@@ -245,6 +246,12 @@ bool match(const route& r, const std::vector<std::string>& segs, captures& c) {
 
 void api::handle(const http_request& req, http_responder reply) {
   auto start = clock_type::now();
+  // The dashboard's static files are not API routes (and not in the OpenAPI spec).
+  if (!req.segments.empty() && req.segments[0] == "ui") {
+    if (ctx_.ui_dir.empty())
+      return reply(problem(failure_reason::route_not_found, "the dashboard is not installed (http.ui_dir)", req.path));
+    if (auto r = serve_ui(req, ctx_.ui_dir)) return reply(std::move(*r));
+  }
   const route* found = nullptr;
   captures caps;
   std::string allow;
@@ -338,7 +345,12 @@ http_response api::metrics(const http_request& req, const captures&) const {
   prometheus::TextSerializer ser;
   http_response r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = ser.Serialize(ctx_.metrics->Collect());
+  auto families = ctx_.metrics->Collect();
+  for (const auto& c : ctx_.collectables) {
+    auto more = c->Collect();
+    families.insert(families.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  r.body = ser.Serialize(families);
   return r;
 }
 

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "ingest/engine.h"
 #include "core/notifier.h"
@@ -12,6 +13,7 @@
 #include "query/freshness.h"
 #include "server/api.h"
 #include "server/http_server.h"
+#include "server/state_metrics.h"
 #include "openapi_json.h"
 #include "storage/db.h"
 
@@ -67,10 +69,12 @@ status app::start() {
   ctx.waiter = i.waiter.get();
   ctx.ownership = &i.ownership;
   ctx.metrics = i.metrics.get();
+  ctx.collectables.push_back(make_state_metrics(*i.db, i.cfg.views, i.ownership, i.cfg.application_id));
   ctx.instance = i.cfg.advertised_endpoint;
   ctx.draining = &i.draining;
   ctx.openapi_json = std::string(openapi_json());
   ctx.limits = i.cfg.query;
+  ctx.ui_dir = i.cfg.ui_dir;
   i.http = std::make_unique<http_server>(i.cfg.http, make_api_handler(std::move(ctx)));
   if (auto s = i.http->start(); !s.ok()) return s;
   if (i.cfg.http.port == 0)  // report the port actually bound
@@ -94,6 +98,15 @@ status app::start() {
 }
 
 void app::begin_drain() { impl_->draining = true; }
+
+void app::shutdown(bool drain) {
+  begin_drain();
+  if (drain && impl_->http && impl_->cfg.drain_delay.count() > 0) {
+    spdlog::info("draining for {} ms before closing connections", impl_->cfg.drain_delay.count());
+    std::this_thread::sleep_for(impl_->cfg.drain_delay);
+  }
+  stop();
+}
 
 void app::request_stop() {
   std::lock_guard lock(impl_->mu);

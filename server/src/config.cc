@@ -65,6 +65,25 @@ const std::regex& name_pattern() {
   return re;
 }
 
+void parse_store_options(const YAML::Node& r, const std::string& where, storage::store_options& o) {
+  if (r["write_buffer_mb"])
+    o.write_buffer_bytes = get_number<uint64_t>(r["write_buffer_mb"], where + ".write_buffer_mb", 1, 1 << 16) << 20;
+  if (r["max_write_buffers"]) o.max_write_buffers = get_number<int>(r["max_write_buffers"], where + ".max_write_buffers", 2, 64);
+  if (r["bloom_bits_per_key"])
+    o.bloom_bits_per_key = get_number<int>(r["bloom_bits_per_key"], where + ".bloom_bits_per_key", 0, 64);
+  if (r["compression"]) {
+    o.compression = get_string(r["compression"], where + ".compression");
+    static const std::set<std::string> ok{"none", "snappy", "lz4", "zstd"};
+    if (!ok.count(o.compression))
+      fail(where + ".compression", "must be one of: none, snappy, lz4, zstd (got '" + o.compression + "')");
+  }
+  if (r["compaction_style"]) {
+    o.compaction_style = get_string(r["compaction_style"], where + ".compaction_style");
+    if (o.compaction_style != "level" && o.compaction_style != "universal")
+      fail(where + ".compaction_style", "must be one of: level, universal (got '" + o.compaction_style + "')");
+  }
+}
+
 view_def parse_view(const YAML::Node& n, const std::string& where) {
   check_keys(n, where, {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic"});
   view_def v;
@@ -109,7 +128,10 @@ app_config parse(const YAML::Node& root) {
 
   if (auto h = root["http"]) {
     check_keys(h, "http", {"listen", "threads", "max_header_bytes", "max_body_bytes", "max_target_bytes",
-                           "read_timeout_ms", "shutdown_grace_ms"});
+                           "read_timeout_ms", "shutdown_grace_ms", "ui_dir", "drain_delay_ms"});
+    if (h["drain_delay_ms"])
+      c.drain_delay = std::chrono::milliseconds(get_number<int64_t>(h["drain_delay_ms"], "http.drain_delay_ms", 0, 600'000));
+    if (h["ui_dir"]) c.ui_dir = get_string(h["ui_dir"], "http.ui_dir");
     if (h["listen"]) parse_listen(get_string(h["listen"], "http.listen"), c.http);
     if (h["threads"]) c.http.threads = get_number<int>(h["threads"], "http.threads", 1, 256);
     if (h["max_header_bytes"])
@@ -158,18 +180,29 @@ app_config parse(const YAML::Node& root) {
       fail("query.default_wait_ms", "must not exceed query.max_wait_ms (" + std::to_string(c.query.max_wait.count()) + ")");
   }
   if (auto r = root["rocksdb"]) {
-    check_keys(r, "rocksdb", {"block_cache_mb", "write_buffer_mb", "max_write_buffers", "bloom_bits_per_key",
-                              "max_background_jobs", "compression"});
-    if (r["block_cache_mb"]) c.rocksdb.block_cache_bytes = get_number<uint64_t>(r["block_cache_mb"], "rocksdb.block_cache_mb", 1, 1 << 20) << 20;
-    if (r["write_buffer_mb"]) c.rocksdb.write_buffer_bytes = get_number<uint64_t>(r["write_buffer_mb"], "rocksdb.write_buffer_mb", 1, 1 << 16) << 20;
-    if (r["max_write_buffers"]) c.rocksdb.max_write_buffers = get_number<int>(r["max_write_buffers"], "rocksdb.max_write_buffers", 2, 64);
-    if (r["bloom_bits_per_key"]) c.rocksdb.bloom_bits_per_key = get_number<int>(r["bloom_bits_per_key"], "rocksdb.bloom_bits_per_key", 0, 64);
-    if (r["max_background_jobs"]) c.rocksdb.max_background_jobs = get_number<int>(r["max_background_jobs"], "rocksdb.max_background_jobs", 1, 64);
-    if (r["compression"]) {
-      c.rocksdb.compression = get_string(r["compression"], "rocksdb.compression");
-      static const std::set<std::string> ok{"none", "snappy", "lz4", "zstd"};
-      if (!ok.count(c.rocksdb.compression))
-        fail("rocksdb.compression", "must be one of: none, snappy, lz4, zstd (got '" + c.rocksdb.compression + "')");
+    check_keys(r, "rocksdb", {"block_cache_mb", "write_buffer_manager_mb", "max_background_jobs", "write_buffer_mb",
+                              "max_write_buffers", "bloom_bits_per_key", "compression", "compaction_style", "stores"});
+    if (r["block_cache_mb"])
+      c.rocksdb.block_cache_bytes = get_number<uint64_t>(r["block_cache_mb"], "rocksdb.block_cache_mb", 1, 1 << 20) << 20;
+    if (r["write_buffer_manager_mb"])
+      c.rocksdb.write_buffer_manager_bytes =
+          get_number<uint64_t>(r["write_buffer_manager_mb"], "rocksdb.write_buffer_manager_mb", 1, 1 << 20) << 20;
+    if (c.rocksdb.write_buffer_manager_bytes > c.rocksdb.block_cache_bytes)
+      fail("rocksdb.write_buffer_manager_mb", "must not exceed rocksdb.block_cache_mb (memtables are charged to the cache)");
+    if (r["max_background_jobs"])
+      c.rocksdb.max_background_jobs = get_number<int>(r["max_background_jobs"], "rocksdb.max_background_jobs", 1, 64);
+    parse_store_options(r, "rocksdb", c.rocksdb.defaults);
+    if (auto stores = r["stores"]) {
+      if (!stores.IsMap()) fail("rocksdb.stores", "must map store names to settings");
+      for (const auto& kv : stores) {
+        auto name = kv.first.as<std::string>();
+        auto where = "rocksdb.stores." + name;
+        check_keys(kv.second, where, {"write_buffer_mb", "max_write_buffers", "bloom_bits_per_key", "compression",
+                                      "compaction_style"});
+        auto o = c.rocksdb.defaults;  // a store override starts from the defaults
+        parse_store_options(kv.second, where, o);
+        c.rocksdb.per_store[name] = o;
+      }
     }
   }
   if (auto k = root["kafka"]) {
@@ -203,6 +236,9 @@ app_config parse(const YAML::Node& root) {
     c.views.push_back(std::move(v));
   }
 
+  for (const auto& [name, o] : c.rocksdb.per_store)
+    if (!names.count(name)) fail("rocksdb.stores." + name, "names no configured view");
+
   c.ingest.bootstrap_servers = c.bootstrap_servers;
   c.ingest.application_id = c.application_id;
   c.rocksdb.path = c.state_dir;
@@ -214,11 +250,103 @@ bool is_secret(const std::string& key) {
          key == "ssl.key.pem" || key == "sasl.oauthbearer.config";
 }
 
+const std::set<std::string>& top_level_keys() {
+  static const std::set<std::string> keys{"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint",
+                                          "http", "ingest", "rocksdb", "kafka", "views", "query"};
+  return keys;
+}
+
+// Sets `path` in the YAML tree, creating maps on the way; "views.N" indexes the list.
+void apply_override(YAML::Node root, const config_override& o) {
+  std::vector<std::string> segs;
+  size_t start = 0;
+  for (;;) {
+    auto dot = o.path.find('.', start);
+    segs.push_back(o.path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (segs.empty() || segs[0].empty() || !top_level_keys().count(segs[0]))
+    fail(o.path, "unknown key (from " + o.origin + ")");
+  if (segs[0] == "kafka") {
+    if (segs.size() < 2) fail(o.path, "needs a property name, e.g. kafka.sasl.password (from " + o.origin + ")");
+    auto prop = o.path.substr(6);
+    root["kafka"][prop] = o.value;
+    return;
+  }
+  YAML::Node node = root;
+  for (size_t i = 0; i + 1 < segs.size(); ++i) {
+    if (segs[i] == "views" && i == 0) {
+      size_t idx = 0;
+      try {
+        idx = std::stoul(segs[i + 1]);
+      } catch (...) {
+        fail(o.path, "views.<index>.<key> expected (from " + o.origin + ")");
+      }
+      YAML::Node views = node["views"];
+      if (!views.IsSequence() || idx >= views.size())
+        fail(o.path, "there is no view " + segs[i + 1] + " in the file (from " + o.origin + ")");
+      node = views[idx];
+      ++i;
+      if (i + 1 == segs.size()) fail(o.path, "views.<index>.<key> expected (from " + o.origin + ")");
+      continue;
+    }
+    YAML::Node child = node[segs[i]];
+    if (!child || child.IsNull()) {
+      node[segs[i]] = YAML::Node(YAML::NodeType::Map);
+      child = node[segs[i]];
+    }
+    node = child;
+  }
+  node[segs.back()] = o.value;
+}
+
 }  // namespace
 
-result<app_config> parse_config(const std::string& yaml_text, const std::string& source) {
+std::vector<config_override> overrides_from_env(char** envp) {
+  std::vector<config_override> out;
+  for (char** e = envp; e && *e; ++e) {
+    std::string_view kv(*e);
+    if (kv.rfind("KSTATE_", 0) != 0) continue;
+    auto eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string name(kv.substr(0, eq)), value(kv.substr(eq + 1));
+    std::string rest = name.substr(7);
+    std::vector<std::string> segs;
+    size_t start = 0;
+    for (;;) {
+      auto sep = rest.find("__", start);
+      segs.push_back(rest.substr(start, sep == std::string::npos ? std::string::npos : sep - start));
+      if (sep == std::string::npos) break;
+      start = sep + 2;
+    }
+    auto lower = [](std::string s) {
+      for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      return s;
+    };
+    std::string path;
+    for (size_t i = 0; i < segs.size(); ++i) {
+      std::string seg = (i > 0 && lower(segs[i - 1]) == "stores") ? segs[i] : lower(segs[i]);
+      if (i == 1 && lower(segs[0]) == "kafka")
+        for (auto& ch : seg)
+          if (ch == '_') ch = '.';
+      path += (i ? "." : "") + seg;
+    }
+    if (!top_level_keys().count(lower(segs[0]))) continue;  // not configuration (e.g. KSTATE_KAFKA_RUN)
+    out.push_back({path, value, name});
+  }
+  return out;
+}
+
+result<app_config> parse_config(const std::string& yaml_text, const std::string& source,
+                                const std::vector<config_override>& overrides) {
   try {
-    return parse(YAML::Load(yaml_text));
+    YAML::Node root = YAML::Load(yaml_text);
+    if (!overrides.empty() && (!root || root.IsNull())) root = YAML::Node(YAML::NodeType::Map);
+    for (const auto& o : overrides) apply_override(root, o);
+    auto cfg = parse(root);
+    if (auto s = ingest::check_kafka_properties(cfg.ingest.kafka); !s.ok()) fail("kafka", s.message());
+    return cfg;
   } catch (const config_error& e) {
     return invalid_argument(source + ": " + (e.key.empty() ? "" : e.key + ": ") + e.message);
   } catch (const YAML::Exception& e) {
@@ -226,12 +354,12 @@ result<app_config> parse_config(const std::string& yaml_text, const std::string&
   }
 }
 
-result<app_config> load_config(const std::string& path) {
+result<app_config> load_config(const std::string& path, const std::vector<config_override>& overrides) {
   std::ifstream in(path);
   if (!in) return invalid_argument("cannot read config file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_config(ss.str(), path);
+  return parse_config(ss.str(), path, overrides);
 }
 
 std::string render_config(const app_config& c) {
@@ -248,7 +376,9 @@ std::string render_config(const app_config& c) {
     << YAML::Key << "max_body_bytes" << YAML::Value << c.http.max_body_bytes
     << YAML::Key << "max_target_bytes" << YAML::Value << c.http.max_target_bytes
     << YAML::Key << "read_timeout_ms" << YAML::Value << c.http.read_timeout.count()
-    << YAML::Key << "shutdown_grace_ms" << YAML::Value << c.http.shutdown_grace.count() << YAML::EndMap;
+    << YAML::Key << "shutdown_grace_ms" << YAML::Value << c.http.shutdown_grace.count()
+    << YAML::Key << "ui_dir" << YAML::Value << c.ui_dir
+    << YAML::Key << "drain_delay_ms" << YAML::Value << c.drain_delay.count() << YAML::EndMap;
   e << YAML::Key << "query" << YAML::Value << YAML::BeginMap
     << YAML::Key << "default_limit" << YAML::Value << c.query.default_limit
     << YAML::Key << "max_limit" << YAML::Value << c.query.max_limit
@@ -263,13 +393,29 @@ std::string render_config(const app_config& c) {
     << YAML::Key << "commit_interval_ms" << YAML::Value << c.ingest.commit_interval.count()
     << YAML::Key << "startup_timeout_ms" << YAML::Value << c.ingest.startup_timeout.count()
     << YAML::Key << "client_id" << YAML::Value << c.ingest.client_id << YAML::EndMap;
+  auto store_opts = [&](const storage::store_options& o) {
+    e << YAML::Key << "write_buffer_mb" << YAML::Value << (o.write_buffer_bytes >> 20)
+      << YAML::Key << "max_write_buffers" << YAML::Value << o.max_write_buffers
+      << YAML::Key << "bloom_bits_per_key" << YAML::Value << o.bloom_bits_per_key
+      << YAML::Key << "compression" << YAML::Value << o.compression
+      << YAML::Key << "compaction_style" << YAML::Value << o.compaction_style;
+  };
   e << YAML::Key << "rocksdb" << YAML::Value << YAML::BeginMap
     << YAML::Key << "block_cache_mb" << YAML::Value << (c.rocksdb.block_cache_bytes >> 20)
-    << YAML::Key << "write_buffer_mb" << YAML::Value << (c.rocksdb.write_buffer_bytes >> 20)
-    << YAML::Key << "max_write_buffers" << YAML::Value << c.rocksdb.max_write_buffers
-    << YAML::Key << "bloom_bits_per_key" << YAML::Value << c.rocksdb.bloom_bits_per_key
-    << YAML::Key << "max_background_jobs" << YAML::Value << c.rocksdb.max_background_jobs
-    << YAML::Key << "compression" << YAML::Value << c.rocksdb.compression << YAML::EndMap;
+    << YAML::Key << "write_buffer_manager_mb" << YAML::Value
+    << ((c.rocksdb.write_buffer_manager_bytes ? c.rocksdb.write_buffer_manager_bytes : c.rocksdb.block_cache_bytes / 4) >> 20)
+    << YAML::Key << "max_background_jobs" << YAML::Value << c.rocksdb.max_background_jobs;
+  store_opts(c.rocksdb.defaults);
+  if (!c.rocksdb.per_store.empty()) {
+    e << YAML::Key << "stores" << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, o] : c.rocksdb.per_store) {
+      e << YAML::Key << name << YAML::Value << YAML::BeginMap;
+      store_opts(o);
+      e << YAML::EndMap;
+    }
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
   e << YAML::Key << "kafka" << YAML::Value << YAML::BeginMap;
   for (const auto& [k, v] : c.ingest.kafka) e << YAML::Key << k << YAML::Value << (is_secret(k) ? "[redacted]" : v);
   e << YAML::EndMap;

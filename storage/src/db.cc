@@ -11,7 +11,10 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/options_util.h>
+#include <rocksdb/statistics.h>
+#include <rocksdb/version.h>
 #include <rocksdb/write_batch.h>
+#include <rocksdb/write_buffer_manager.h>
 #include <spdlog/spdlog.h>
 
 #include "storage/key_codec.h"
@@ -42,9 +45,67 @@ result<rocksdb::CompressionType> parse_compression(const std::string& name) {
   return invalid_argument("compression must be one of none, snappy, lz4, zstd (got '" + name + "')");
 }
 
+result<rocksdb::CompactionStyle> parse_compaction_style(const std::string& name) {
+  if (name == "level") return rocksdb::kCompactionStyleLevel;
+  if (name == "universal") return rocksdb::kCompactionStyleUniversal;
+  return invalid_argument("compaction_style must be one of level, universal (got '" + name + "')");
+}
+
+std::shared_ptr<spdlog::logger> storage_log() {
+  static auto l = [] {
+    if (auto existing = spdlog::get("storage")) return existing;
+    auto created = spdlog::default_logger()->clone("storage");
+    spdlog::register_logger(created);
+    return created;
+  }();
+  return l;
+}
+
+// RocksDB's info log, routed into the storage logger (warnings and above by default;
+// RocksDB's own INFO chatter goes to debug).
+class spdlog_rocksdb_logger final : public rocksdb::Logger {
+ public:
+  spdlog_rocksdb_logger() : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, format, ap);
+    auto lvl = level >= rocksdb::InfoLogLevel::ERROR_LEVEL  ? spdlog::level::err
+             : level == rocksdb::InfoLogLevel::WARN_LEVEL ? spdlog::level::warn
+                                                           : spdlog::level::debug;
+    storage_log()->log(lvl, "rocksdb: {}", buf);
+  }
+  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+};
+
+// Column family options from store options; everything is charged to the shared cache.
+result<rocksdb::ColumnFamilyOptions> cf_options(const store_options& o, const std::shared_ptr<rocksdb::Cache>& cache) {
+  auto compression = parse_compression(o.compression);
+  if (!compression) return compression.error();
+  auto style = parse_compaction_style(o.compaction_style);
+  if (!style) return style.error();
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  // Index and filter blocks live in the cache too, so they count against the budget.
+  table.cache_index_and_filter_blocks = true;
+  table.cache_index_and_filter_blocks_with_high_priority = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  if (o.bloom_bits_per_key > 0) table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(o.bloom_bits_per_key, false));
+  table.format_version = 5;
+  rocksdb::ColumnFamilyOptions cf;
+  cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  cf.write_buffer_size = o.write_buffer_bytes;
+  cf.max_write_buffer_number = o.max_write_buffers;
+  cf.compression = *compression;
+  cf.compaction_style = *style;
+  if (*style == rocksdb::kCompactionStyleLevel) cf.level_compaction_dynamic_level_bytes = true;
+  return cf;
+}
+
 }  // namespace
 
 struct db::impl {
+  std::shared_ptr<rocksdb::Statistics> statistics;
   std::unique_ptr<rocksdb::DB> rdb;
   std::shared_ptr<rocksdb::Cache> cache;
   rocksdb::ColumnFamilyHandle* meta = nullptr;
@@ -149,26 +210,20 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   if (ec) return io_error("cannot create state directory '" + opts.path + "': " + ec.message());
   ::chmod(opts.path.c_str(), 0700);
 
-  auto compression = parse_compression(opts.compression);
-  if (!compression) return compression.error();
-
   auto i = std::make_unique<impl>();
-  i->cache = rocksdb::NewLRUCache(opts.block_cache_bytes);
+  // The cache holds high-priority blocks (index, filter) in a reserved pool so data
+  // scans don't evict them.
+  rocksdb::LRUCacheOptions cache_opts;
+  cache_opts.capacity = opts.block_cache_bytes;
+  cache_opts.high_pri_pool_ratio = 0.1;
+  i->cache = rocksdb::NewLRUCache(cache_opts);
+  i->statistics = rocksdb::CreateDBStatistics();
+  i->statistics->set_stats_level(rocksdb::StatsLevel::kExceptTimeForMutex);
 
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = i->cache;
-  table.cache_index_and_filter_blocks = true;
-  table.pin_l0_filter_and_index_blocks_in_cache = true;
-  if (opts.bloom_bits_per_key > 0)
-    table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(opts.bloom_bits_per_key, false));
-  table.format_version = 5;
-
-  rocksdb::ColumnFamilyOptions cf_opts;
-  cf_opts.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  cf_opts.write_buffer_size = opts.write_buffer_bytes;
-  cf_opts.max_write_buffer_number = opts.max_write_buffers;
-  cf_opts.compression = *compression;
-  cf_opts.level_compaction_dynamic_level_bytes = true;
+  auto defaults = cf_options(opts.defaults, i->cache);
+  if (!defaults) return defaults.error();
+  for (const auto& [name, o] : opts.per_store)
+    if (auto check = cf_options(o, i->cache); !check) return invalid_argument("store '" + name + "': " + check.error().message());
 
   rocksdb::DBOptions db_opts;
   db_opts.create_if_missing = true;
@@ -176,7 +231,12 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   db_opts.max_background_jobs = opts.max_background_jobs;
   db_opts.bytes_per_sync = 1 << 20;
   db_opts.keep_log_file_num = 5;
-  db_opts.max_total_wal_size = 4 * opts.write_buffer_bytes * (views.size() + 1);
+  db_opts.statistics = i->statistics;
+  db_opts.info_log = std::make_shared<spdlog_rocksdb_logger>();
+  // Memtables of every view are charged to the block cache: one budget for all memory.
+  uint64_t wbm = opts.write_buffer_manager_bytes ? opts.write_buffer_manager_bytes : opts.block_cache_bytes / 4;
+  db_opts.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(wbm, i->cache);
+  db_opts.max_total_wal_size = 4 * wbm;
 
   // Open every column family that exists, plus the configured views and meta.
   std::vector<std::string> names;
@@ -196,7 +256,10 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   }
 
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
-  for (const auto& n : names) descs.emplace_back(n, cf_opts);
+  for (const auto& n : names) {
+    auto it = opts.per_store.find(n);
+    descs.emplace_back(n, it == opts.per_store.end() ? *defaults : *cf_options(it->second, i->cache));
+  }
   rocksdb::DB* raw = nullptr;
   auto s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
   if (!s.ok()) {
@@ -283,13 +346,37 @@ result<get_result> db::get(view_id view, int32_t partition, std::string_view key
 result<view_stats> db::stats(view_id view) const {
   view_stats out;
   auto* h = impl_->views.at(view);
-  if (!impl_->rdb->GetIntProperty(h, rocksdb::DB::Properties::kEstimateNumKeys, &out.estimated_keys))
-    out.estimated_keys = 0;
-  if (!impl_->rdb->GetIntProperty(h, rocksdb::DB::Properties::kLiveSstFilesSize, &out.live_sst_bytes))
-    out.live_sst_bytes = 0;
-  if (!impl_->rdb->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &out.memtable_bytes))
-    out.memtable_bytes = 0;
+  auto prop = [&](const std::string& name, uint64_t& v) {
+    if (!impl_->rdb->GetIntProperty(h, name, &v)) v = 0;  // unsupported property: report 0
+  };
+  prop(rocksdb::DB::Properties::kEstimateNumKeys, out.estimated_keys);
+  prop(rocksdb::DB::Properties::kLiveSstFilesSize, out.live_sst_bytes);
+  prop(rocksdb::DB::Properties::kTotalSstFilesSize, out.total_sst_bytes);
+  prop(rocksdb::DB::Properties::kCurSizeAllMemTables, out.memtable_bytes);
+  prop(rocksdb::DB::Properties::kEstimatePendingCompactionBytes, out.pending_compaction_bytes);
+  prop(rocksdb::DB::Properties::kNumRunningCompactions, out.running_compactions);
+  prop(rocksdb::DB::Properties::kNumRunningFlushes, out.running_flushes);
   return out;
+}
+
+db_stats db::stats() const {
+  db_stats out;
+  out.block_cache_capacity = impl_->cache->GetCapacity();
+  out.block_cache_usage = impl_->cache->GetUsage();
+  out.block_cache_pinned = impl_->cache->GetPinnedUsage();
+  auto& st = *impl_->statistics;
+  out.block_cache_hits = st.getTickerCount(rocksdb::BLOCK_CACHE_HIT);
+  out.block_cache_misses = st.getTickerCount(rocksdb::BLOCK_CACHE_MISS);
+  out.write_stall_micros = st.getTickerCount(rocksdb::STALL_MICROS);
+  out.bytes_written = st.getTickerCount(rocksdb::BYTES_WRITTEN);
+  out.bytes_read = st.getTickerCount(rocksdb::BYTES_READ);
+  if (!impl_->rdb->GetIntProperty(rocksdb::DB::Properties::kBackgroundErrors, &out.background_errors))
+    out.background_errors = 0;
+  return out;
+}
+
+std::string db::rocksdb_version() {
+  return std::to_string(ROCKSDB_MAJOR) + "." + std::to_string(ROCKSDB_MINOR) + "." + std::to_string(ROCKSDB_PATCH);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 
 #include "core/value_codec.h"
 #include "ingest/batch_builder.h"
+#include "ingest/membership.h"
 #include "ingest/partitioner.h"
 #include "storage/db.h"
 
@@ -163,4 +164,30 @@ TEST_CASE("partitioners: every name maps into range; unknown names are refused")
   }
   CHECK_FALSE(make_partitioner("random"));
   CHECK_FALSE(make_partitioner(""));
+}
+
+TEST_CASE("member client.id: the endpoint survives encoding, and only kstate's encoding yields one") {
+  // The usual case stays readable in Kafka's own tools: nothing is escaped.
+  CHECK(encode_member_client_id("kstate", "http://127.0.0.1:1111") == "kstate;endpoint=http://127.0.0.1:1111");
+  CHECK(endpoint_from_client_id("kstate;endpoint=http://127.0.0.1:1111") == "http://127.0.0.1:1111");
+  // Separators and escapes inside either part cannot be mistaken for the boundary.
+  auto tricky = encode_member_client_id("a;endpoint=http://evil:1 %", "http://h:8080/p;x=%41?q=1");
+  CHECK(tricky == "a%3Bendpoint=http://evil:1%20%25;endpoint=http://h:8080/p%3Bx=%2541?q=1");
+  CHECK(endpoint_from_client_id(tricky) == "http://h:8080/p;x=%41?q=1");
+  // Non-ASCII and spaces travel as printable ASCII only.
+  auto utf8 = encode_member_client_id("k", "http://h\xC3\xA9te:1/a b");
+  for (unsigned char c : utf8) CHECK((c >= 0x21 && c <= 0x7e));
+  CHECK(endpoint_from_client_id(utf8) == "http://h\xC3\xA9te:1/a b");
+  // Later fields are skipped, so a newer kstate can add some.
+  CHECK(endpoint_from_client_id("k;zone=eu-1;endpoint=http://a:1") == "http://a:1");
+  // No endpoint: other clients in the group, no endpoint given, malformed escapes.
+  CHECK(encode_member_client_id("kstate", "") == "kstate");
+  CHECK_FALSE(endpoint_from_client_id("kstate"));
+  CHECK_FALSE(endpoint_from_client_id("consumer-my-group-1"));
+  CHECK_FALSE(endpoint_from_client_id(""));
+  CHECK_FALSE(endpoint_from_client_id("k;endpoint="));
+  CHECK_FALSE(endpoint_from_client_id("k;zone=eu-1"));
+  CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%"));
+  CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%4"));
+  CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%zz"));
 }

@@ -338,7 +338,8 @@ std::string pct(const std::string& s) {
   return out;
 }
 
-kstate_process::kstate_process(std::string application_id, std::vector<view> views, std::string state_dir)
+kstate_process::kstate_process(std::string application_id, std::vector<view> views, std::string state_dir,
+                               std::string extra_yaml)
     : state_dir_(std::move(state_dir)) {
   port_ = free_port();
   auto dir = std::filesystem::path(state_dir_).parent_path();
@@ -351,7 +352,7 @@ kstate_process::kstate_process(std::string application_id, std::vector<view> vie
       << "http: {listen: \"127.0.0.1:" << port_ << "\", threads: 2}\n"
       << "ingest: {commit_interval_ms: 200}\n"
       << "kafka: {session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\"}\n"
-      << "views:\n";
+      << extra_yaml << "views:\n";
   for (const auto& v : views) {
     cfg << "  - {name: " << v.name << ", topic: " << v.topic << ", value_format: " << v.value_format
         << ", key_format: " << v.key_format;

@@ -109,7 +109,9 @@ class kstate_process {
     std::string dead_letter_topic;
     std::string key_format = "string";
   };
-  kstate_process(std::string application_id, std::vector<view> views, std::string state_dir);
+  // `extra_yaml` is appended to the generated config (top-level keys).
+  kstate_process(std::string application_id, std::vector<view> views, std::string state_dir,
+                 std::string extra_yaml = {});
   ~kstate_process();
 
   void start();
@@ -120,6 +122,7 @@ class kstate_process {
   int terminate();
   bool running() const { return pid_ > 0; }
   uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_; }
 
   // Sum of kstate_ingest_records_consumed_total over every series.

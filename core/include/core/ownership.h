@@ -20,6 +20,10 @@ struct partition_state {
   // its applied position reaches it. -1 while unknown.
   int64_t catch_up_target = -1;
   bool ready = false;
+  // Next offset applied here, and the partition's high watermark as last seen by the
+  // consumer (-1 while unknown). Lag = high_watermark - applied.
+  int64_t applied = -1;
+  int64_t high_watermark = -1;
 };
 
 struct topic_state {
@@ -41,6 +45,8 @@ class ownership_registry {
   void assign(const std::vector<assignment>& added);
   void revoke(const std::string& topic, int32_t partition);
   void mark_ready(const std::string& topic, int32_t partition);
+  // Progress of an assigned partition (ingest updates it about once a second).
+  void update_progress(const std::string& topic, int32_t partition, int64_t applied, int64_t high_watermark);
   void revoke_all();
   // Called on every rebalance callback, even one that assigns nothing: an instance
   // with no partitions (more instances than partitions) is still ready.

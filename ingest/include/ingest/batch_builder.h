@@ -68,6 +68,8 @@ class batch_builder {
   // Counts per (topic, partition) since the last reset.
   struct counts { uint64_t records = 0, bytes = 0, applied = 0, invalid = 0; };
   const std::map<std::pair<std::string, int32_t>, counts>& partition_counts() const { return counts_; }
+  // applied/invalid per (view, topic, partition) since the last reset.
+  const std::map<std::tuple<std::string, std::string, int32_t>, counts>& view_counts() const { return view_counts_; }
 
   // Starts a new batch (after the current one was written).
   void reset();
@@ -85,6 +87,7 @@ class batch_builder {
   std::vector<rejection> rejections_;
   std::map<std::pair<std::string, int32_t>, int64_t> touched_;
   std::map<std::pair<std::string, int32_t>, counts> counts_;
+  std::map<std::tuple<std::string, std::string, int32_t>, counts> view_counts_;
   size_t pending_ = 0;
 };
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,6 +37,10 @@ struct ingest_config {
   std::string application_id;
   // client.id reported to the brokers. Default "kstate".
   std::string client_id = "kstate";
+  // HTTP endpoint other instances reach this one at, e.g. "http://10.0.0.5:8080";
+  // carried in the consumer's client.id so group metadata names it (see
+  // ingest/membership.h). Empty: not advertised (the client.id is client_id alone).
+  std::string advertised_endpoint;
   // Extra librdkafka properties, passed verbatim to the consumer and producer.
   std::map<std::string, std::string> kafka;
   // Most records applied in one RocksDB write. Default 10,000.
@@ -46,6 +51,10 @@ struct ingest_config {
   std::chrono::milliseconds commit_interval{1'000};
   // How long start() waits for topic metadata and dead-letter topics. Default 30 s.
   std::chrono::milliseconds startup_timeout{30'000};
+  // Called on the ingest thread at the end of every rebalance callback, after the
+  // assignment changed (e.g. membership_watcher::refresh_soon). Must not block. May be
+  // empty.
+  std::function<void()> on_rebalance;
 };
 
 struct ingest_stats {
@@ -56,6 +65,13 @@ struct ingest_stats {
   std::atomic<uint64_t> batches{0};        // RocksDB writes
   std::atomic<uint64_t> rebalances{0};     // assignment changes
 };
+
+// Checks extra librdkafka properties the way the consumer will set them; the error
+// names the first property librdkafka does not know or refuses.
+status check_kafka_properties(const std::map<std::string, std::string>& props);
+
+// "major.minor.patch" of the linked librdkafka.
+std::string librdkafka_version();
 
 class engine {
  public:

@@ -14,7 +14,7 @@
 #include "query/freshness.h"
 #include "server/http.h"
 
-namespace prometheus { class Registry; }
+namespace prometheus { class Registry; class Collectable; }
 
 namespace kstate::server {
 
@@ -40,9 +40,12 @@ struct api_context {
   query::freshness_waiter* waiter = nullptr;
   const ownership_registry* ownership = nullptr;
   prometheus::Registry* metrics = nullptr;  // may be null: /metrics then answers 404
+  // Read at every scrape, after `metrics`.
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
   std::string instance;                     // advertised endpoint, reported as served_by
   const std::atomic<bool>* draining = nullptr;  // true once shutdown began: /readyz 503
   std::string openapi_json;                 // served at /openapi.json
+  std::string ui_dir;                       // built dashboard served at /ui/; empty: none
   api_config limits;
 };
 

@@ -33,6 +33,11 @@ class app {
   // flushes and closes RocksDB. Idempotent.
   void stop();
 
+  // The graceful sequence for SIGTERM: /readyz turns 503, then (when `drain` and the
+  // instance was serving) the configured drain delay passes so load balancers notice,
+  // then stop(). In-flight requests finish within http.shutdown_grace_ms.
+  void shutdown(bool drain);
+
   uint16_t http_port() const;
   const query::engine& queries() const;
   // Non-empty when ingest stopped on an unrecoverable error.

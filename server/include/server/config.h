@@ -26,6 +26,13 @@ struct app_config {
   // derived from http.listen ("http://<listen address>:<port>").
   std::string advertised_endpoint;
 
+  // After SIGTERM, how long /readyz answers 503 while requests are still served, so load
+  // balancers stop sending traffic before connections close. Milliseconds. Default 0.
+  std::chrono::milliseconds drain_delay{0};
+
+  // Directory of the built dashboard (web/dist), served at /ui/. Empty: no dashboard.
+  std::string ui_dir;
+
   http_config http;
   api_config query;
   ingest::ingest_config ingest;
@@ -33,9 +40,27 @@ struct app_config {
   std::vector<view_def> views;
 };
 
-// Parses YAML text. `source` names the file in error messages.
-result<app_config> parse_config(const std::string& yaml_text, const std::string& source = "config");
-result<app_config> load_config(const std::string& path);
+// One override of a configuration key, by dotted path: "http.listen", "views.0.topic",
+// "rocksdb.stores.users.compression", "kafka.sasl.password" (everything after "kafka."
+// is the librdkafka property name).
+struct config_override {
+  std::string path;
+  std::string value;
+  std::string origin;  // where it came from, for error messages ("KSTATE_HTTP__LISTEN", "--set")
+};
+
+// The overrides the environment holds: KSTATE_<PATH>, with "__" between path segments,
+// segments lower-cased (a store name after STORES is kept as written), and in a kafka
+// property name "_" standing for "." — e.g. KSTATE_HTTP__LISTEN=0.0.0.0:8080,
+// KSTATE_KAFKA__SASL_PASSWORD=..., KSTATE_VIEWS__0__TOPIC=orders. Variables whose first
+// segment is not a top-level key (such as the scripts' KSTATE_KAFKA_RUN) are ignored.
+std::vector<config_override> overrides_from_env(char** envp);
+
+// Parses YAML text, then applies `overrides` in order (later ones win), then validates.
+// Precedence is the caller's order: file < environment < flags.
+result<app_config> parse_config(const std::string& yaml_text, const std::string& source = "config",
+                                const std::vector<config_override>& overrides = {});
+result<app_config> load_config(const std::string& path, const std::vector<config_override>& overrides = {});
 
 // The effective configuration as YAML, with secrets (sasl.password, ssl.*password,
 // ssl.key.pem, anything containing "secret") redacted.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,21 +22,36 @@
 
 namespace kstate::storage {
 
-struct db_options {
-  // Directory holding the RocksDB files. Created (mode 0700) when missing.
-  std::string path;
-  // Size of the one LRU block cache shared by every view, bytes. Default 64 MiB.
-  uint64_t block_cache_bytes = 64ull << 20;
-  // Memtable size per column family, bytes. Default 16 MiB.
+// Settings of one view's column family; each can be overridden per store.
+struct store_options {
+  // Memtable size, bytes. Default 16 MiB.
   uint64_t write_buffer_bytes = 16ull << 20;
-  // Memtables per column family before writes stall. Default 2.
+  // Memtables before writes stall. Default 2.
   int max_write_buffers = 2;
   // Bloom filter bits per key (0 disables). Default 10 (~1% false positives).
   int bloom_bits_per_key = 10;
-  // Background flush + compaction threads. Default 2.
-  int max_background_jobs = 2;
   // none | snappy | lz4 | zstd. Default lz4.
   std::string compression = "lz4";
+  // level | universal. Default level.
+  std::string compaction_style = "level";
+};
+
+struct db_options {
+  // Directory holding the RocksDB files. Created (mode 0700) when missing.
+  std::string path;
+  // The memory budget: one LRU block cache shared by every view, bytes. Data blocks,
+  // index and filter blocks and (through a WriteBufferManager) memtables are all
+  // charged to it, so RocksDB's memory stays near this figure whatever the data size.
+  // Default 64 MiB.
+  uint64_t block_cache_bytes = 64ull << 20;
+  // Part of the budget memtables of all views may use together before the largest is
+  // flushed, bytes. 0: a quarter of block_cache_bytes. Default 0.
+  uint64_t write_buffer_manager_bytes = 0;
+  // Background flush + compaction threads. Default 2.
+  int max_background_jobs = 2;
+  // Defaults for every view, and per-view overrides by view name.
+  store_options defaults;
+  std::map<std::string, store_options> per_store;
 };
 
 // Identifies a view's column family; obtained once from db::view_id().
@@ -78,10 +94,29 @@ class write_batch {
   std::unique_ptr<impl> impl_;
 };
 
+// RocksDB's view of one column family (the properties Kafka Streams reports per store,
+// KIP-471).
 struct view_stats {
-  uint64_t estimated_keys = 0;
-  uint64_t live_sst_bytes = 0;
-  uint64_t memtable_bytes = 0;
+  uint64_t estimated_keys = 0;           // rocksdb.estimate-num-keys
+  uint64_t live_sst_bytes = 0;           // rocksdb.live-sst-files-size
+  uint64_t total_sst_bytes = 0;          // rocksdb.total-sst-files-size
+  uint64_t memtable_bytes = 0;           // rocksdb.cur-size-all-mem-tables
+  uint64_t pending_compaction_bytes = 0; // rocksdb.estimate-pending-compaction-bytes
+  uint64_t running_compactions = 0;      // rocksdb.num-running-compactions (whole DB)
+  uint64_t running_flushes = 0;          // rocksdb.num-running-flushes (whole DB)
+};
+
+// Whole-database figures.
+struct db_stats {
+  uint64_t block_cache_capacity = 0;
+  uint64_t block_cache_usage = 0;        // includes memtables charged to the cache
+  uint64_t block_cache_pinned = 0;
+  uint64_t block_cache_hits = 0;         // cumulative
+  uint64_t block_cache_misses = 0;       // cumulative
+  uint64_t write_stall_micros = 0;       // cumulative time writes were stalled
+  uint64_t background_errors = 0;        // rocksdb.background-errors
+  uint64_t bytes_written = 0;            // cumulative
+  uint64_t bytes_read = 0;               // cumulative
 };
 
 struct get_result {
@@ -150,6 +185,9 @@ class db {
   std::shared_ptr<const snapshot> read_snapshot() const;
 
   result<view_stats> stats(view_id view) const;
+  db_stats stats() const;
+  // "major.minor.patch" of the linked RocksDB.
+  static std::string rocksdb_version();
 
   // Flushes memtables (used on clean shutdown so restart replays no WAL).
   status flush();

@@ -1,0 +1,403 @@
+#include "ingest/membership.h"
+
+#include <librdkafka/rdkafka.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string_view>
+#include <thread>
+
+namespace kstate::ingest {
+namespace {
+
+std::shared_ptr<spdlog::logger> log() {
+  static auto l = [] {
+    if (auto existing = spdlog::get("ingest")) return existing;
+    auto created = spdlog::default_logger()->clone("ingest");
+    try {
+      spdlog::register_logger(created);
+    } catch (const spdlog::spdlog_ex&) {
+      // The engine registered it first (another thread, same instant): use that one.
+      if (auto existing = spdlog::get("ingest")) return existing;
+    }
+    return created;
+  }();
+  return l;
+}
+
+void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
+  // The `kafka:` properties are shared with the consumer; that this admin-only producer
+  // handle ignores the consumer's (session.timeout.ms, ...) is expected, not a warning.
+  if (std::string_view(fac) == "CONFWARN" && std::string_view(buf).find("is a consumer property") != std::string_view::npos) {
+    log()->debug("membership librdkafka {}: {}", fac, buf);
+    return;
+  }
+  auto lvl = level <= 3 ? spdlog::level::err : level == 4 ? spdlog::level::warn
+           : level <= 6 ? spdlog::level::info : spdlog::level::debug;
+  log()->log(lvl, "membership librdkafka {}: {}", fac, buf);
+}
+
+// The separator between the client id and the fields after it, and the one field
+// kstate writes. Other fields (from a later version) are skipped by the parser.
+constexpr char field_sep = ';';
+constexpr std::string_view endpoint_field = "endpoint=";
+
+bool needs_escape(unsigned char c) { return c == '%' || c == field_sep || c < 0x21 || c > 0x7e; }
+
+std::string escape(std::string_view s) {
+  static const char* digits = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (needs_escape(c)) {
+      out += '%';
+      out += digits[c >> 4];
+      out += digits[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::optional<std::string> unescape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size()) return std::nullopt;  // truncated escape
+    int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+bool same_members(const std::vector<member_info>& a, const std::vector<member_info>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto& x = a[i];
+    const auto& y = b[i];
+    if (x.member_id != y.member_id || x.client_id != y.client_id || x.endpoint != y.endpoint ||
+        x.host != y.host || x.partitions != y.partitions)
+      return false;
+  }
+  return true;
+}
+
+struct event_deleter { void operator()(rd_kafka_event_t* e) const { rd_kafka_event_destroy(e); } };
+using event_ptr = std::unique_ptr<rd_kafka_event_t, event_deleter>;
+struct options_deleter { void operator()(rd_kafka_AdminOptions_t* o) const { rd_kafka_AdminOptions_destroy(o); } };
+using options_ptr = std::unique_ptr<rd_kafka_AdminOptions_t, options_deleter>;
+struct conf_deleter { void operator()(rd_kafka_conf_t* c) const { rd_kafka_conf_destroy(c); } };
+using conf_ptr = std::unique_ptr<rd_kafka_conf_t, conf_deleter>;
+
+status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v) {
+  char err[512];
+  if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
+    return invalid_argument("kafka property '" + k + "': " + err);
+  return status::ok_status();
+}
+
+// Rebalance callbacks come in bursts (cooperative rebalancing revokes, then assigns);
+// refreshes prompted by them are at least this far apart.
+constexpr std::chrono::milliseconds min_refresh_gap{100};
+// How long the watcher waits on librdkafka between checks for stop().
+constexpr int poll_slice_ms = 100;
+
+}  // namespace
+
+std::string encode_member_client_id(const std::string& client_id, const std::string& endpoint) {
+  std::string out = escape(client_id);
+  if (endpoint.empty()) return out;
+  out += field_sep;
+  out += endpoint_field;
+  out += escape(endpoint);
+  return out;
+}
+
+std::optional<std::string> endpoint_from_client_id(const std::string& client_id) {
+  std::string_view rest(client_id);
+  auto sep = rest.find(field_sep);
+  if (sep == std::string_view::npos) return std::nullopt;
+  rest.remove_prefix(sep + 1);  // the client id proper is not needed
+  while (true) {
+    auto end = rest.find(field_sep);
+    auto field = rest.substr(0, end);
+    if (field.substr(0, endpoint_field.size()) == endpoint_field) {
+      auto endpoint = unescape(field.substr(endpoint_field.size()));
+      if (!endpoint || endpoint->empty()) return std::nullopt;
+      return endpoint;
+    }
+    if (end == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(end + 1);
+  }
+}
+
+struct membership_watcher::impl {
+  // Outcome of one describe request; decides when the next one is due.
+  enum class outcome { settled, unsettled, failed, stopping };
+
+  ingest_config kafka_cfg;
+  membership_config cfg;
+  membership_registry& registry;
+
+  rd_kafka_t* rk = nullptr;
+  rd_kafka_queue_t* queue = nullptr;
+  std::thread thread;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool wake = false;       // guarded by mu
+  bool stop_req = false;   // guarded by mu
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<uint64_t> failures{0};
+
+  // Touched only by the watcher thread.
+  uintptr_t request_seq = 0;
+  bool have_published = false;
+  cluster_snapshot last;
+  bool failing = false;
+
+  impl(const ingest_config& k, membership_config c, membership_registry& r)
+      : kafka_cfg(k), cfg(c), registry(r) {}
+
+  ~impl() {
+    if (queue) rd_kafka_queue_destroy(queue);
+    if (rk) rd_kafka_destroy(rk);
+  }
+
+  status create_handle() {
+    conf_ptr conf(rd_kafka_conf_new());
+    for (const auto& [k, v] : kafka_cfg.kafka)
+      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
+    if (auto s = set_prop(conf.get(), "bootstrap.servers", kafka_cfg.bootstrap_servers); !s.ok()) return s;
+    // Not a group member: a plain client id, without the endpoint.
+    if (auto s = set_prop(conf.get(), "client.id", kafka_cfg.client_id); !s.ok()) return s;
+    rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
+    rd_kafka_conf_set_error_cb(conf.get(), [](rd_kafka_t*, int err, const char* reason, void*) {
+      log()->debug("membership librdkafka error: {}: {}", rd_kafka_err2str(static_cast<rd_kafka_resp_err_t>(err)),
+                   reason);
+    });
+    char err[512];
+    // A producer-type handle never joins a group and sends nothing unless asked.
+    rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf.release(), err, sizeof err);
+    if (!rk) return invalid_argument(std::string("creating membership admin client: ") + err);
+    queue = rd_kafka_queue_new(rk);
+    return status::ok_status();
+  }
+
+  void note_failure(const std::string& what) {
+    ++failures;
+    if (!failing) log()->warn("describing group '{}' failed: {}; retrying every {} ms", kafka_cfg.application_id,
+                              what, cfg.refresh_interval.count());
+    else log()->debug("describing group '{}' failed again: {}", kafka_cfg.application_id, what);
+    failing = true;
+  }
+
+  // Waits for the result of request `seq`; null when stopping or past the deadline.
+  event_ptr await_result(uintptr_t seq) {
+    auto deadline = std::chrono::steady_clock::now() + cfg.request_timeout + std::chrono::seconds(2);
+    while (!stopping) {
+      event_ptr ev(rd_kafka_queue_poll(queue, poll_slice_ms));
+      if (ev) {
+        // A result of an earlier request we gave up on: drop it.
+        if (reinterpret_cast<uintptr_t>(rd_kafka_event_opaque(ev.get())) == seq) return ev;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return nullptr;
+    }
+    return nullptr;
+  }
+
+  outcome refresh() {
+    const std::string& group = kafka_cfg.application_id;
+    options_ptr opts(rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS));
+    char errstr[512];
+    if (rd_kafka_AdminOptions_set_request_timeout(opts.get(), static_cast<int>(cfg.request_timeout.count()), errstr,
+                                                  sizeof errstr) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      note_failure(std::string("request timeout: ") + errstr);
+      return outcome::failed;
+    }
+    uintptr_t seq = ++request_seq;
+    rd_kafka_AdminOptions_set_opaque(opts.get(), reinterpret_cast<void*>(seq));
+    const char* groups[] = {group.c_str()};
+    auto asked_at = std::chrono::system_clock::now();
+    rd_kafka_DescribeConsumerGroups(rk, groups, 1, opts.get(), queue);
+
+    event_ptr ev = await_result(seq);
+    if (stopping) return outcome::stopping;
+    if (!ev) {
+      note_failure("no answer within the request timeout");
+      return outcome::failed;
+    }
+    if (rd_kafka_event_error(ev.get())) {
+      note_failure(rd_kafka_event_error_string(ev.get()));
+      return outcome::failed;
+    }
+    const auto* res = rd_kafka_event_DescribeConsumerGroups_result(ev.get());
+    if (!res) {
+      note_failure(std::string("unexpected event ") + rd_kafka_event_name(ev.get()));
+      return outcome::failed;
+    }
+    size_t count = 0;
+    const auto** descs = rd_kafka_DescribeConsumerGroups_result_groups(res, &count);
+    const rd_kafka_ConsumerGroupDescription_t* desc = nullptr;
+    for (size_t i = 0; i < count; ++i)
+      if (group == rd_kafka_ConsumerGroupDescription_group_id(descs[i])) desc = descs[i];
+    if (!desc) {
+      note_failure("the answer does not describe the group");
+      return outcome::failed;
+    }
+    if (const rd_kafka_error_t* e = rd_kafka_ConsumerGroupDescription_error(desc)) {
+      note_failure(rd_kafka_error_string(e));
+      return outcome::failed;
+    }
+
+    cluster_snapshot s;
+    s.read_at = asked_at;
+    auto state = rd_kafka_ConsumerGroupDescription_state(desc);
+    s.group_state = rd_kafka_consumer_group_state_name(state);
+    size_t members = rd_kafka_ConsumerGroupDescription_member_count(desc);
+    for (size_t i = 0; i < members; ++i) {
+      const auto* m = rd_kafka_ConsumerGroupDescription_member(desc, i);
+      if (!m) continue;
+      member_info info;
+      auto str = [](const char* p) { return p ? std::string(p) : std::string(); };
+      info.member_id = str(rd_kafka_MemberDescription_consumer_id(m));
+      info.client_id = str(rd_kafka_MemberDescription_client_id(m));
+      info.host = str(rd_kafka_MemberDescription_host(m));
+      info.endpoint = endpoint_from_client_id(info.client_id).value_or("");
+      const auto* assignment = rd_kafka_MemberDescription_assignment(m);
+      const auto* parts = assignment ? rd_kafka_MemberAssignment_partitions(assignment) : nullptr;
+      for (int p = 0; parts && p < parts->cnt; ++p)
+        info.partitions.emplace_back(parts->elems[p].topic, parts->elems[p].partition);
+      std::sort(info.partitions.begin(), info.partitions.end());
+      s.members.push_back(std::move(info));
+    }
+    // The coordinator's member order is not meaningful; sorted, equal groups compare equal.
+    std::sort(s.members.begin(), s.members.end(),
+              [](const member_info& a, const member_info& b) { return a.member_id < b.member_id; });
+
+    if (failing) log()->info("describing group '{}' works again", group);
+    failing = false;
+    publish_if_changed(std::move(s));
+    // Empty and Dead are settled too (no members, nothing will change by itself); only a
+    // rebalance in progress is worth asking about again soon.
+    bool rebalancing = state == RD_KAFKA_CONSUMER_GROUP_STATE_PREPARING_REBALANCE ||
+                       state == RD_KAFKA_CONSUMER_GROUP_STATE_COMPLETING_REBALANCE ||
+                       state == RD_KAFKA_CONSUMER_GROUP_STATE_UNKNOWN;
+    return rebalancing ? outcome::unsettled : outcome::settled;
+  }
+
+  void publish_if_changed(cluster_snapshot s) {
+    if (have_published && s.group_state == last.group_state && same_members(s.members, last.members)) return;
+    // Continue from whatever the registry holds so versions only grow, also across a
+    // watcher restarted on the same registry.
+    s.version = std::max(registry.current()->version, last.version) + 1;
+    for (const auto& m : s.members) {
+      if (m.endpoint.empty())
+        log()->warn("group '{}' member {} (client id '{}') advertises no endpoint; its partitions cannot be routed",
+                    kafka_cfg.application_id, m.member_id, m.client_id);
+      log()->debug("group '{}' member {} at {}: {} partition(s)", kafka_cfg.application_id, m.member_id,
+                   m.endpoint, m.partitions.size());
+    }
+    log()->info("group '{}' is {} with {} member(s) (membership version {})", kafka_cfg.application_id,
+                s.group_state, s.members.size(), s.version);
+    last = s;
+    have_published = true;
+    registry.publish(std::move(s));
+  }
+
+  void run() {
+    using clock = std::chrono::steady_clock;
+    auto next_due = clock::now();                       // describe at once
+    auto last_start = clock::now() - min_refresh_gap;
+    while (true) {
+      {
+        std::unique_lock lock(mu);
+        cv.wait_until(lock, next_due, [&] { return stop_req || wake; });
+        if (stop_req) return;
+        // A prompted refresh right after another waits out the gap (still stoppable).
+        auto earliest = last_start + min_refresh_gap;
+        if (wake && clock::now() < earliest) {
+          cv.wait_until(lock, earliest, [&] { return stop_req; });
+          if (stop_req) return;
+        }
+        wake = false;  // everything asked so far is covered by this refresh
+      }
+      rd_kafka_poll(rk, 0);  // serves the handle's error callback
+      last_start = clock::now();
+      auto result = refresh();
+      if (result == outcome::stopping) return;
+      next_due = clock::now() + (result == outcome::unsettled ? std::min(cfg.unsettled_interval, cfg.refresh_interval)
+                                                              : cfg.refresh_interval);
+    }
+  }
+};
+
+membership_watcher::membership_watcher(const ingest_config& kafka_cfg, membership_config cfg,
+                                       membership_registry& registry)
+    : impl_(std::make_unique<impl>(kafka_cfg, cfg, registry)) {}
+
+membership_watcher::~membership_watcher() { stop(); }
+
+status membership_watcher::start() {
+  auto& i = *impl_;
+  if (i.thread.joinable() || i.stopped) return invalid_argument("membership watcher already started");
+  if (i.kafka_cfg.application_id.empty()) return invalid_argument("membership watcher: application_id is empty");
+  if (i.cfg.refresh_interval.count() <= 0 || i.cfg.unsettled_interval.count() <= 0 ||
+      i.cfg.request_timeout.count() <= 0)
+    return invalid_argument("membership watcher: intervals and timeout must be positive");
+  if (auto s = i.create_handle(); !s.ok()) return s;
+  i.thread = std::thread([&i] { i.run(); });
+  return status::ok_status();
+}
+
+void membership_watcher::refresh_soon() {
+  auto& i = *impl_;
+  {
+    std::lock_guard lock(i.mu);
+    i.wake = true;
+  }
+  i.cv.notify_one();
+}
+
+void membership_watcher::stop() {
+  auto& i = *impl_;
+  if (i.stopped.exchange(true)) return;
+  i.stopping = true;
+  {
+    std::lock_guard lock(i.mu);
+    i.stop_req = true;
+  }
+  i.cv.notify_one();
+  if (i.thread.joinable()) i.thread.join();
+  if (i.queue) {
+    rd_kafka_queue_destroy(i.queue);
+    i.queue = nullptr;
+  }
+  if (i.rk) {
+    rd_kafka_destroy(i.rk);
+    i.rk = nullptr;
+  }
+}
+
+uint64_t membership_watcher::failed_refreshes() const { return impl_->failures.load(); }
+
+}  // namespace kstate::ingest
