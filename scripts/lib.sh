@@ -26,3 +26,31 @@ kstate_build() {
   # -j2: a C++20 translation unit with Beast or RocksDB headers needs about 1-2 GB.
   ninja -C "$KSTATE_BUILD" -j2 "$@"
 }
+
+# kstate_build_web: the dashboard (web/ -> web/dist, served at /ui/ via http.ui_dir)
+# and the browser tests' packages (tests/e2e). `npm ci` runs when a lock file changed
+# since the last install. Without a suitable node/npm it says so and returns 0: kstate
+# works without the dashboard, and the e2e test then fails saying what is missing.
+kstate_build_web() {
+  phase "web: dashboard (web/dist) and browser test packages (tests/e2e)"
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "web: skipped: node and npm are not installed (scripts/setup installs them); /ui/ will say the dashboard is not built" >&2
+    return 0
+  fi
+  # Vite 7 needs Node 20.19 or later.
+  if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)'; then
+    echo "web: skipped: node $(node --version) is too old (the build needs 20.19 or later)" >&2
+    return 0
+  fi
+  local dir
+  for dir in "$KSTATE_ROOT/web" "$KSTATE_ROOT/tests/e2e"; do
+    local stamp=$dir/node_modules/.kstate-lock.sha256
+    local want; want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+      echo "npm ci in ${dir#"$KSTATE_ROOT"/}"
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) || return 1
+      echo "$want" >"$stamp"
+    fi
+  done
+  (cd "$KSTATE_ROOT/web" && npm run --silent build) || return 1
+}

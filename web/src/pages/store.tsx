@@ -1,0 +1,199 @@
+import { useEffect, useMemo, useState } from 'preact/hooks';
+
+import { describeStore, isWindowed } from '../api';
+import { LiveChart } from '../chart';
+import { Card, Loading, Notice, PageHead, Pill, ProblemView, Stat } from '../components';
+import { loadClusterView, topicLag } from '../data';
+import * as fmt from '../format';
+import { href, usePoll, useSampler } from '../hooks';
+import { localTopicLag } from '../metrics';
+
+interface Point {
+  t: number;
+  lag: number | null;
+  rate: number | null;
+}
+
+// Chart history per store, kept across page switches (5 minutes at 2 s).
+const histories = new Map<string, Point[]>();
+
+async function load(store: string) {
+  const [details, view] = await Promise.all([describeStore(store), loadClusterView()]);
+  return { details, view };
+}
+
+export function StoreDetail({ store }: { store: string }) {
+  const p = usePoll(() => load(store), 2000, [store]);
+  const m = useSampler();
+  const d = p.data;
+  const [history, setHistory] = useState<Point[]>(() => histories.get(store) ?? []);
+
+  const topic = d?.details.topic;
+  // The group's lag from the cluster view, else that of the partitions held here.
+  const lag = d ? (topicLag(d.view, d.details.topic) ?? (d.view.partitions ? null : localTopicLag(m.latest, d.details.topic))) : null;
+  const tp = (p: number) => `${d?.details.topic}/${p}`;
+  // Without the cluster view, the only lag known is what restoring partitions still
+  // have to apply up to their catch-up target.
+  const backlog = d
+    ? d.details.assigned_partitions.reduce((n, a) => (a.ready || a.catch_up_target < 0 ? n : n + Math.max(0, a.catch_up_target - (a.position ?? 0))), 0)
+    : null;
+  const lastRate = topic !== undefined ? (m.points[m.points.length - 1]?.byTopic.get(topic) ?? 0) : null;
+
+  useEffect(() => {
+    if (!d) return;
+    const h = [...(histories.get(store) ?? []), { t: p.at / 1000, lag: lag ?? backlog, rate: m.error ? null : lastRate }].slice(-150);
+    histories.set(store, h);
+    setHistory(h);
+  }, [p.at]);
+
+  const chartData = useMemo(() => [history.map((x) => x.t), history.map((x) => x.lag), history.map((x) => x.rate)], [history]);
+
+  if (p.loading) return <Loading what={`store ${store}`} />;
+  if (!d) {
+    return (
+      <>
+        <PageHead title={store} />
+        {p.error && <ProblemView error={p.error} context={`Store ${store}`} />}
+      </>
+    );
+  }
+  const s = d.details;
+  const allReady = d.view.partitions
+    ? d.view.partitions.filter((x) => x.topic === s.topic).every((x) => x.ready)
+    : s.assigned_partitions.every((a) => a.ready);
+  const cluster = d.view.partitions?.filter((x) => x.topic === s.topic).sort((a, b) => a.partition - b.partition) ?? null;
+
+  return (
+    <>
+      <PageHead
+        title={
+          <>
+            {s.name} <span class="tag tag-lg">{s.kind}</span>
+          </>
+        }
+        sub={
+          <>
+            topic <code>{s.topic}</code> · {s.partitions} partitions · key {s.key_format} · value {s.value_format} · {s.partitioner}
+          </>
+        }
+        actions={
+          <a class="btn btn-primary" href={href('browse', s.name)}>
+            Browse data
+          </a>
+        }
+      />
+      {p.error && <ProblemView error={p.error} context="Refresh failed; showing the last answer" />}
+
+      <div class="stats">
+        <Stat label="Estimated keys" value={fmt.int(s.estimated_keys)} sub="held by this instance" />
+        <Stat label="On disk" value={fmt.bytes(s.size_on_disk_bytes)} sub={`memtables ${fmt.bytes(s.memtable_bytes)}`} />
+        <Stat label="Applied / s" value={m.error ? '—' : fmt.rate(lastRate)} sub="records/s of the topic, this instance" />
+        <Stat
+          label={lag !== null ? 'Total lag' : 'Restore backlog'}
+          value={fmt.int(lag ?? backlog)}
+          sub={lag === null ? 'records to catch-up targets' : d.view.partitions ? 'records behind, whole group' : 'records behind, partitions held here'}
+          tone={allReady ? 'ok' : 'warn'}
+        />
+      </div>
+
+      <Card title={lag !== null ? 'Lag and applied records' : 'Restore backlog and applied records'} actions={<span class="muted small">every 2 s</span>}>
+        {history.length < 2 ? (
+          <Loading what="samples" />
+        ) : (
+          <LiveChart
+            series={[
+              { label: lag !== null ? 'lag' : 'backlog', color: '--c-warn', axis: 'left', unit: 'records' },
+              { label: 'applied/s', color: '--c-accent', axis: 'right' },
+            ]}
+            data={chartData}
+          />
+        )}
+      </Card>
+
+      {isWindowed(s.kind) && (
+        <Notice>
+          A windowed store: look up the windows of a key on the <a href={href('browse', s.name)}>data page</a>.
+        </Notice>
+      )}
+
+      <Card title="Partitions" class="flush">
+        {cluster ? (
+          <div class="table-wrap">
+            <table class="table cards" data-testid="partitions">
+              <thead>
+                <tr>
+                  <th class="num">Partition</th>
+                  <th>Owner</th>
+                  <th>Standbys</th>
+                  <th class="num">Position</th>
+                  <th class="num">High watermark</th>
+                  <th class="num">Lag</th>
+                  <th>Status</th>
+                </tr>
+              </thead>
+              <tbody>
+                {cluster.map((x) => (
+                  <tr>
+                    <td data-label="Partition" class="num">{x.partition}</td>
+                    <td data-label="Owner">{x.owner ? <code class="endpoint">{x.owner}</code> : <span class="muted">unassigned</span>}</td>
+                    <td data-label="Standbys">{x.standbys.length ? <span>{x.standbys.map((sb) => <code class="endpoint block">{sb}</code>)}</span> : <span class="muted">none</span>}</td>
+                    <td data-label="Position" class="num">{fmt.int(x.position)}</td>
+                    <td data-label="High watermark" class="num">{fmt.int(x.high_watermark)}</td>
+                    <td data-label="Lag" class={`num ${x.ready ? '' : 'warn-text'}`}>{fmt.int(x.lag)}</td>
+                    <td data-label="Status">{x.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        ) : (
+          <>
+            <div class="table-wrap">
+              <table class="table cards" data-testid="partitions">
+                <thead>
+                  <tr>
+                    <th class="num">Partition</th>
+                    <th>Owner</th>
+                    <th class="num">Position</th>
+                    <th class="num">High watermark</th>
+                    <th class="num">Lag</th>
+                    <th class="num">Catch-up target</th>
+                    <th>Status</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {s.assigned_partitions.length === 0 && (
+                    <tr>
+                      <td colSpan={7} class="empty">
+                        No partition of {s.topic} is assigned to this instance.
+                      </td>
+                    </tr>
+                  )}
+                  {[...s.assigned_partitions]
+                    .sort((a, b) => a.partition - b.partition)
+                    .map((a) => (
+                      <tr>
+                        <td data-label="Partition" class="num">{a.partition}</td>
+                        <td data-label="Owner">
+                          <code class="endpoint">{s.served_by}</code>
+                        </td>
+                        <td data-label="Position" class="num">{fmt.int(a.position)}</td>
+                        <td data-label="High watermark" class="num">{fmt.int(m.latest?.highWatermark.get(tp(a.partition)))}</td>
+                        <td data-label="Lag" class={`num ${a.ready ? '' : 'warn-text'}`}>{fmt.int(m.latest?.lag.get(tp(a.partition)))}</td>
+                        <td data-label="Catch-up target" class="num">{a.catch_up_target < 0 ? <span class="muted">unknown</span> : fmt.int(a.catch_up_target)}</td>
+                        <td data-label="Status">{a.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}</td>
+                      </tr>
+                    ))}
+                </tbody>
+              </table>
+            </div>
+            <p class="card-foot muted small">
+              Partitions assigned to this instance (high watermark and lag from <code>/metrics</code>). Owners of the others
+              and standbys come from <code>GET /v1/cluster</code>, which this kstate does not serve yet.
+            </p>
+          </>
+        )}
+      </Card>
+    </>
+  );
+}
