@@ -3,6 +3,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
 #include <charconv>
@@ -349,6 +350,14 @@ http_response api::metrics(const http_request& req, const captures&) const {
   for (const auto& c : ctx_.collectables) {
     auto more = c->Collect();
     families.insert(families.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  if (ctx_.open_connections) {
+    prometheus::MetricFamily f{"kstate_http_open_connections", "HTTP connections currently open",
+                               prometheus::MetricType::Gauge, {}};
+    prometheus::ClientMetric m;
+    m.gauge.value = static_cast<double>(ctx_.open_connections());
+    f.metric.push_back(m);
+    families.push_back(std::move(f));
   }
   r.body = ser.Serialize(families);
   return r;

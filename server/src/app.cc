@@ -75,6 +75,9 @@ status app::start() {
   ctx.openapi_json = std::string(openapi_json());
   ctx.limits = i.cfg.query;
   ctx.ui_dir = i.cfg.ui_dir;
+  // The server is created after the context that reports its connections.
+  auto* http_slot = &i.http;
+  ctx.open_connections = [http_slot] { return *http_slot ? (*http_slot)->open_connections() : size_t{0}; };
   i.http = std::make_unique<http_server>(i.cfg.http, make_api_handler(std::move(ctx)));
   if (auto s = i.http->start(); !s.ok()) return s;
   if (i.cfg.http.port == 0)  // report the port actually bound
@@ -97,7 +100,10 @@ status app::start() {
   return status::ok_status();
 }
 
-void app::begin_drain() { impl_->draining = true; }
+void app::begin_drain() {
+  impl_->draining = true;
+  if (impl_->http) impl_->http->begin_drain();
+}
 
 void app::shutdown(bool drain) {
   begin_drain();

@@ -286,7 +286,7 @@ void apply_override(YAML::Node root, const config_override& o) {
       YAML::Node views = node["views"];
       if (!views.IsSequence() || idx >= views.size())
         fail(o.path, "there is no view " + segs[i + 1] + " in the file (from " + o.origin + ")");
-      node = views[idx];
+      node.reset(views[idx]);  // rebind; operator= would overwrite the tree
       ++i;
       if (i + 1 == segs.size()) fail(o.path, "views.<index>.<key> expected (from " + o.origin + ")");
       continue;
@@ -296,7 +296,7 @@ void apply_override(YAML::Node root, const config_override& o) {
       node[segs[i]] = YAML::Node(YAML::NodeType::Map);
       child = node[segs[i]];
     }
-    node = child;
+    node.reset(child);
   }
   node[segs.back()] = o.value;
 }

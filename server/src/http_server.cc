@@ -85,6 +85,9 @@ struct shared_state {
   const http_config cfg;
   const async_http_handler handler;
   std::atomic<bool> stopping{false};
+  // Draining: every response says Connection: close, so keep-alive clients reconnect
+  // (to another instance) before the listener closes, instead of being cut off.
+  std::atomic<bool> draining{false};
 
   std::mutex mu;
   std::condition_variable sessions_done;                          // signalled when `sessions` empties
@@ -435,7 +438,7 @@ class session : public std::enable_shared_from_this<session> {
 
   // Sends the final response to the current request (plain or streamed).
   void respond(http_response&& r) {
-    const bool keep_alive = cur_.keep_alive && !close_after_response_ && !st_->stopping;
+    const bool keep_alive = cur_.keep_alive && !close_after_response_ && !st_->stopping && !st_->draining;
     cur_.status = r.status;
     if (r.stream && !bodyless_status(r.status) && cur_.method != "HEAD") return start_stream(std::move(r), keep_alive);
     r.stream.reset();  // a body that must not be sent: release whatever the source holds now
@@ -484,6 +487,13 @@ class session : public std::enable_shared_from_this<session> {
     res_.body() = std::move(r.body);
     res_.keep_alive(keep_alive);
     res_.prepare_payload();
+    if (cur_.method == "HEAD") {
+      // The headers of a GET, without its body: bytes after them would be read as the
+      // start of the next response on a keep-alive connection.
+      auto size = res_.body().size();
+      res_.body().clear();
+      res_.content_length(size);
+    }
     // A client that stops reading its response is cut off like one that stops sending.
     stream_.expires_after(st_->cfg.read_timeout);
     http::async_write(stream_, res_, beast::bind_front_handler(&session::on_write, shared_from_this(), !keep_alive));
@@ -871,5 +881,15 @@ void http_server::stop() {
 }
 
 uint16_t http_server::port() const { return impl_->port; }
+
+void http_server::begin_drain() {
+  if (impl_->st) impl_->st->draining = true;
+}
+
+size_t http_server::open_connections() const {
+  if (!impl_->st) return 0;
+  std::lock_guard lk(impl_->st->mu);
+  return impl_->st->sessions.size();
+}
 
 }  // namespace kstate::server

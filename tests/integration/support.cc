@@ -372,7 +372,10 @@ void kstate_process::start() {
   if (pid_ == 0) {
     FILE* f = std::freopen(log_.c_str(), "a", stdout);
     if (f) ::dup2(::fileno(stdout), 2);
-    ::execl(KSTATE_BINARY, KSTATE_BINARY, "--config", config_path_.c_str(), static_cast<char*>(nullptr));
+    std::vector<const char*> argv{KSTATE_BINARY, "--config", config_path_.c_str()};
+    for (const auto& a : args_) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+    ::execv(KSTATE_BINARY, const_cast<char* const*>(argv.data()));
     std::_Exit(127);
   }
 }

@@ -122,6 +122,8 @@ class kstate_process {
   int terminate();
   bool running() const { return pid_ > 0; }
   uint16_t port() const { return port_; }
+  // Extra command-line arguments for the next start().
+  void extra_args(std::vector<std::string> args) { args_ = std::move(args); }
   pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_; }
 
@@ -135,6 +137,7 @@ class kstate_process {
   std::string config_path_, state_dir_, log_;
   uint16_t port_ = 0;
   pid_t pid_ = -1;
+  std::vector<std::string> args_;
 };
 
 // Model of a table view: last write wins, a tombstone deletes.

@@ -103,3 +103,81 @@ TEST_CASE("invalid configs: one clear error naming the key") {
     CHECK(c.error().message().rfind("test.yaml: ", 0) == 0);
   }
 }
+
+TEST_CASE("environment mapping: KSTATE_<PATH> with __ between segments; unrelated KSTATE_ variables ignored") {
+  std::vector<std::string> env_strings{"KSTATE_HTTP__LISTEN=0.0.0.0:9999",
+                                       "KSTATE_APPLICATION_ID=from-env",
+                                       "KSTATE_KAFKA__SASL_PASSWORD=s3cret",
+                                       "KSTATE_VIEWS__0__TOPIC=orders",
+                                       "KSTATE_ROCKSDB__STORES__Users__COMPRESSION=zstd",
+                                       "KSTATE_KAFKA_RUN=/tmp/run",   // a script's variable, not configuration
+                                       "KSTATE_BOOTSTRAP=127.0.0.1:1",
+                                       "PATH=/usr/bin"};
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  auto o = overrides_from_env(envp.data());
+  std::map<std::string, std::string> got;
+  for (const auto& x : o) got[x.path] = x.value;
+  std::map<std::string, std::string> want{{"http.listen", "0.0.0.0:9999"},
+                                          {"application_id", "from-env"},
+                                          {"kafka.sasl.password", "s3cret"},
+                                          {"views.0.topic", "orders"},
+                                          {"rocksdb.stores.Users.compression", "zstd"}};
+  CHECK(got == want);
+}
+
+TEST_CASE("precedence: flag > environment > file > default, one row per layer") {
+  const char* file = R"(
+application_id: from-file
+bootstrap_servers: b
+http: {threads: 3}
+views: [{name: v, topic: t}]
+)";
+  struct row {
+    std::vector<config_override> overrides;  // environment first, then flags, as main() orders them
+    std::string application_id;
+    int threads;
+    std::string listen_address;
+  };
+  const row rows[] = {
+      {{}, "from-file", 3, "127.0.0.1"},                                                        // file, defaults
+      {{{"application_id", "from-env", "KSTATE_APPLICATION_ID"}}, "from-env", 3, "127.0.0.1"},  // env over file
+      {{{"application_id", "from-env", "KSTATE_APPLICATION_ID"}, {"application_id", "from-flag", "--set"}},
+       "from-flag", 3, "127.0.0.1"},                                                            // flag over env
+      {{{"http.threads", "7", "KSTATE_HTTP__THREADS"}}, "from-file", 7, "127.0.0.1"},
+      {{{"http.listen", "0.0.0.0:1", "--listen"}}, "from-file", 3, "0.0.0.0"},                  // over a default
+  };
+  for (const auto& r : rows) {
+    auto c = parse_config(file, "f.yaml", r.overrides);
+    REQUIRE(c.ok());
+    CHECK(c->application_id == r.application_id);
+    CHECK(c->http.threads == r.threads);
+    CHECK(c->http.listen_address == r.listen_address);
+  }
+  auto k = parse_config(file, "f.yaml", {{"kafka.fetch.wait.max.ms", "50", "-X"}});
+  REQUIRE(k.ok());
+  CHECK(k->ingest.kafka.at("fetch.wait.max.ms") == "50");
+}
+
+TEST_CASE("override and kafka property errors name the key") {
+  const char* file = "application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t}]\n";
+  struct row { config_override o; const char* expected; };
+  const row rows[] = {
+      {{"http.threads", "zero", "KSTATE_HTTP__THREADS"}, "http.threads: must be a number"},
+      {{"http.colour", "red", "--set"}, "http.colour: unknown key"},
+      {{"nonsense", "1", "--set"}, "nonsense: unknown key (from --set)"},
+      {{"views.3.topic", "x", "KSTATE_VIEWS__3__TOPIC"}, "there is no view 3"},
+      {{"kafka.no.such.property", "1", "-X"}, "kafka.no.such.property"},
+      {{"kafka.session.timeout.ms", "soon", "-X"}, "kafka.session.timeout.ms"},
+      {{"rocksdb.stores.v.compression", "gzip", "--set"}, "rocksdb.stores.v.compression: must be one of"},
+      {{"rocksdb.stores.w.compression", "lz4", "--set"}, "rocksdb.stores.w: names no configured view"},
+  };
+  for (const auto& r : rows) {
+    auto c = parse_config(file, "f.yaml", {r.o});
+    INFO(r.o.path);
+    REQUIRE_FALSE(c.ok());
+    INFO(c.error().message());
+    CHECK(c.error().message().find(r.expected) != std::string::npos);
+  }
+}

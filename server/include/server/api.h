@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,8 @@ struct api_context {
   prometheus::Registry* metrics = nullptr;  // may be null: /metrics then answers 404
   // Read at every scrape, after `metrics`.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
+  // Open HTTP connections, reported as kstate_http_open_connections (may be empty).
+  std::function<size_t()> open_connections;
   std::string instance;                     // advertised endpoint, reported as served_by
   const std::atomic<bool>* draining = nullptr;  // true once shutdown began: /readyz 503
   std::string openapi_json;                 // served at /openapi.json

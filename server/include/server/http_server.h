@@ -54,6 +54,11 @@ class http_server {
   void stop();
   // The bound port (useful when the configured port was 0). Valid after start().
   uint16_t port() const;
+  // From now on every response closes its connection (Connection: close), so clients
+  // move away before stop(). Any thread.
+  void begin_drain();
+  // Connections currently open.
+  size_t open_connections() const;
 
  private:
   struct impl;
