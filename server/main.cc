@@ -150,26 +150,30 @@ int main(int argc, char** argv) {
   }
   auto& a = *created.value();
   // One thread takes SIGTERM/SIGINT at any time, even during start.
-  std::atomic<bool> signalled{false};
+  std::atomic<bool> signalled{false}, exiting{false};
   std::thread signals([&] {
     int sig = 0;
-    if (sigwait(&set, &sig) == 0 && (sig == SIGTERM || sig == SIGINT)) {
+    if (sigwait(&set, &sig) == 0 && (sig == SIGTERM || sig == SIGINT) && !exiting) {
       signalled = true;
       spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       a.request_stop();
     }
   });
   int rc = 0;
+  bool served = false;
   if (auto s = a.start(); !s.ok()) {
     if (!signalled) {
       spdlog::critical("cannot start: {}", s.message());
       rc = 1;
     }
   } else {
+    served = true;
     rc = a.wait();
   }
-  a.shutdown(rc == 0);
+  // Drain only an instance that was serving and is stopping on request.
+  a.shutdown(served && rc == 0);
   // Wake the signal thread if it is still waiting (fatal error or failed start).
+  exiting = true;
   if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);
   signals.join();
   spdlog::info("stopped");

@@ -352,6 +352,8 @@ struct engine::impl {
     }
     for (const auto& [tp, next] : builder->touched()) {
       applied[tp] = next;
+      // Positions move with every batch; watermarks refresh once a second.
+      ownership.update_progress(tp.first, tp.second, next, -1);
       check_ready(tp.first, tp.second, next);
     }
     builder->reset();

@@ -55,6 +55,15 @@ std::optional<query_result<T>> engine::require_all_partitions(const view_def& v,
   return std::nullopt;
 }
 
+std::optional<std::pair<std::string, int32_t>> engine::locate(std::string_view store, std::string_view key) const {
+  const auto* view = find_store(store);
+  if (!view) return std::nullopt;
+  auto part_fn = partitioners_.find(view->name);
+  int32_t count = ownership_.partition_count(view->topic);
+  if (part_fn == partitioners_.end() || count <= 0) return std::nullopt;
+  return std::make_pair(view->topic, part_fn->second(key, count));
+}
+
 query_result<key_answer> engine::get(const key_query& q) const {
   using R = query_result<key_answer>;
   const auto* view = find_store(q.store);

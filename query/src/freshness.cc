@@ -14,12 +14,16 @@ freshness_waiter::freshness_waiter(const engine& queries, change_notifier& notif
 }
 
 freshness_waiter::~freshness_waiter() {
+  shutdown();
+  thread_.join();
+}
+
+void freshness_waiter::shutdown() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_one();
-  thread_.join();
 }
 
 std::optional<bool> freshness_waiter::check(const waiter& w) const {

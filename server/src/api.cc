@@ -8,11 +8,13 @@
 
 #include <charconv>
 #include <nlohmann/json.hpp>
+#include <mutex>
 #include <set>
 
 #include "core/utf8.h"
 #include "query/cursor.h"
 #include "query/key_format.h"
+#include "server/peer_client.h"
 #include "server/problem.h"
 #include "server/ui.h"
 
@@ -150,7 +152,13 @@ std::string query_escape(std::string_view s) {
 
 struct captures {
   std::string store, key;
+  // Set by a handler that found the answer lives on another instance: the request is
+  // then forwarded there (once; a forwarded request is never forwarded again).
+  mutable std::string forward_to;
 };
+
+// Marks a request forwarded by another instance; its value is the hop count.
+constexpr const char* hop_header = "X-Kstate-Hop";
 
 class api;
 using route_fn = http_response (api::*)(const http_request&, const captures&) const;
@@ -190,6 +198,13 @@ class api {
   http_response range(const http_request& req, const captures& c) const;
   http_response batch_get(const http_request& req, const captures& c) const;
   http_response count(const http_request& req, const captures& c) const;
+  http_response key_metadata(const http_request& req, const captures& c) const;
+  http_response cluster(const http_request& req, const captures& c) const;
+  // This instance's part of /v1/cluster: readiness and the partitions it holds.
+  json local_cluster_view() const;
+  // /v1/cluster for the whole group: membership plus every instance's local view.
+  void cluster_async(const http_request& req, std::function<void(http_response)> finish) const;
+  void forward(const http_request& req, const std::string& owner, std::function<void(http_response)> finish) const;
 
  private:
   json store_json(const view_def& v) const;
@@ -200,6 +215,7 @@ class api {
   api_context ctx_;
   mutable std::atomic<uint32_t> open_scans_{0};
   prometheus::Family<prometheus::Histogram>* m_duration_ = nullptr;
+  prometheus::Family<prometheus::Counter>* m_forwarded_ = nullptr;
   friend class scan_body;
 };
 
@@ -221,6 +237,8 @@ const std::vector<route>& api::routes() {
       {"POST", {"v1", "stores", "{store}", "keys:batchGet"}, {"key_format", "min_position", "timeout_ms"}, true,
        &api::batch_get},
       {"GET", {"v1", "stores", "{store}", "count"}, {"min_position", "timeout_ms"}, true, &api::count},
+      {"GET", {"v1", "stores", "{store}", "keys", "{key}", "metadata"}, {"key_format"}, false, &api::key_metadata},
+      {"GET", {"v1", "cluster"}, {"scope"}, false, &api::cluster},
   };
   return r;
 }
@@ -231,6 +249,10 @@ api::api(api_context ctx) : ctx_(std::move(ctx)) {
                        .Name("kstate_http_request_duration_seconds")
                        .Help("HTTP request duration by route template, method and status")
                        .Register(*ctx_.metrics);
+    m_forwarded_ = &prometheus::BuildCounter()
+                        .Name("kstate_http_forwarded_requests_total")
+                        .Help("Requests forwarded to the instance owning the partition, by result")
+                        .Register(*ctx_.metrics);
   }
 }
 
@@ -288,9 +310,27 @@ void api::handle(const http_request& req, http_responder reply) {
       return finish(problem(failure_reason::unknown_parameter, "unknown query parameter '" + k + "'", req.path));
   }
 
+  if (found->fn == &api::cluster && req.param("scope").value_or("") != "local" && ctx_.membership && ctx_.peers)
+    return cluster_async(req, finish);
+
+  // Runs the route; a handler that found the key on another instance gets it forwarded.
+  auto run = [this, fn = found->fn, finish](const http_request& r, const captures& c) {
+    auto response = (this->*fn)(r, c);
+    if (c.forward_to.empty()) return finish(std::move(response));
+    forward(r, c.forward_to, finish);
+  };
+
   std::optional<std::string> min_pos = req.param("min_position");
   if (!min_pos) min_pos = req.header("x-kstate-min-position");
-  if (!found->waits || !min_pos) return finish((this->*(found->fn))(req, caps));
+  if (!found->waits || !min_pos) return run(req, caps);
+  // A key held elsewhere: its owner waits for the position, not this instance.
+  if (found->fn == &api::get_key) {
+    if (auto loc = ctx_.queries->locate(caps.store, caps.key)) {
+      auto t = ctx_.ownership->topic(loc->first);
+      auto it = t ? t->partitions.find(loc->second) : decltype(t->partitions.end()){};
+      if (!t || it == t->partitions.end() || !it->second.assigned) return run(req, caps);
+    }
+  }
 
   auto bound = parse_position(*min_pos);
   if (!bound)
@@ -307,10 +347,9 @@ void api::handle(const http_request& req, http_responder reply) {
   if (!ctx_.queries->find_store(caps.store))
     return finish(problem(failure_reason::unknown_store, "no store named '" + caps.store + "'", req.path));
   // The request is copied into the callback: it outlives this call.
-  auto fn = found->fn;
   ctx_.waiter->wait(caps.store, *bound, clock_type::now() + wait,
-                    [this, req, caps, fn, finish](bool reached) {
-                      if (reached) return finish((this->*fn)(req, caps));
+                    [this, req, caps, run, finish](bool reached) {
+                      if (reached) return run(req, caps);
                       auto now = ctx_.queries->current_position(caps.store);
                       auto r = problem(failure_reason::position_not_reached,
                                        "min_position was not applied within the timeout", req.path);
@@ -424,7 +463,22 @@ http_response api::get_key(const http_request& req, const captures& c) const {
   auto key = query::decode_key(*fmt, c.key);
   if (!key.ok()) return problem(failure_reason::bad_key_encoding, key.error().message(), req.path);
   auto res = ctx_.queries->get({c.store, *key});
-  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  if (!res.ok()) {
+    if (res.failure == query::failure_reason::not_active && ctx_.membership && ctx_.peers) {
+      if (req.header(hop_header))
+        return problem(failure_reason::not_owner,
+                       "a forwarded request reached an instance that does not own the partition; the group is "
+                       "rebalancing",
+                       req.path);
+      auto loc = ctx_.queries->locate(c.store, *key);
+      auto owner = loc ? ctx_.membership->current()->owner(loc->first, loc->second) : std::nullopt;
+      if (owner && *owner != ctx_.instance) {
+        c.forward_to = *owner;
+        return {};
+      }
+    }
+    return from_failure(*res.failure, res.message, req.path);
+  }
   const auto& a = *res.answer;
   if (!a.value) {
     auto r = problem(failure_reason::key_not_found, "no value for this key in store '" + c.store + "'", req.path);
@@ -646,6 +700,203 @@ http_response api::count(const http_request& req, const captures& c) const {
                              {"metadata", {{"position", position_json(res.answer->pos)}}},
                              {"served_by", ctx_.instance}})
       .with_header("X-Kstate-Position", position_header(res.answer->pos));
+}
+
+http_response api::key_metadata(const http_request& req, const captures& c) const {
+  const auto* view = ctx_.queries->find_store(c.store);
+  if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
+  http_response err;
+  auto fmt = key_format_of(req, *view, err);
+  if (!fmt) return err;
+  auto key = query::decode_key(*fmt, c.key);
+  if (!key.ok()) return problem(failure_reason::bad_key_encoding, key.error().message(), req.path);
+  auto loc = ctx_.queries->locate(c.store, *key);
+  if (!loc) return problem(failure_reason::not_caught_up, "partition count of '" + view->topic + "' not known yet", req.path);
+  json owner = nullptr;
+  uint64_t version = 0;
+  if (ctx_.membership) {
+    auto snap = ctx_.membership->current();
+    version = snap->version;
+    if (auto o = snap->owner(loc->first, loc->second)) owner = *o;
+  }
+  auto t = ctx_.ownership->topic(loc->first);
+  bool here = false;
+  if (t) {
+    auto it = t->partitions.find(loc->second);
+    here = it != t->partitions.end() && it->second.assigned;
+  }
+  if (owner.is_null() && here) owner = ctx_.instance;
+  return json_response(200, {{"store", c.store},
+                             {"key", render_key(view->key_format, *key)},
+                             {"topic", loc->first},
+                             {"partition", loc->second},
+                             {"partitioner", view->partitioner},
+                             {"active_owner", owner},
+                             {"standbys", json::array()},
+                             {"owned_here", here},
+                             {"membership_version", version},
+                             {"served_by", ctx_.instance}});
+}
+
+json api::local_cluster_view() const {
+  json parts = json::array();
+  std::set<std::string> topics;
+  for (const auto& v : ctx_.queries->views()) topics.insert(v.topic);
+  for (const auto& topic : topics) {
+    auto t = ctx_.ownership->topic(topic);
+    if (!t) continue;
+    for (const auto& [p, st] : t->partitions) {
+      if (!st.assigned) continue;
+      json lag = nullptr;
+      if (st.applied >= 0 && st.high_watermark >= 0) lag = std::max<int64_t>(0, st.high_watermark - st.applied);
+      parts.push_back({{"topic", topic},
+                       {"partition", p},
+                       {"position", st.applied >= 0 ? json(st.applied) : json(nullptr)},
+                       {"high_watermark", st.high_watermark >= 0 ? json(st.high_watermark) : json(nullptr)},
+                       {"lag", lag},
+                       {"ready", st.ready}});
+    }
+  }
+  bool draining = ctx_.draining && ctx_.draining->load();
+  return {{"endpoint", ctx_.instance},
+          {"ready", !draining && ctx_.ownership->all_ready()},
+          {"version", KSTATE_VERSION},
+          {"partitions", parts}};
+}
+
+http_response api::cluster(const http_request& req, const captures&) const {
+  // scope=local (or no membership): the same shape, holding only this instance.
+  json local = local_cluster_view();
+  json owned = json::array(), partitions = json::array();
+  for (const auto& p : local["partitions"]) {
+    owned.push_back({{"topic", p["topic"]}, {"partition", p["partition"]}});
+    json e = p;
+    e["owner"] = ctx_.instance;
+    e["standbys"] = json::array();
+    partitions.push_back(e);
+  }
+  uint64_t version = 0;
+  std::string state = "Unknown";
+  int64_t read_at = 0;
+  if (ctx_.membership) {
+    auto snap = ctx_.membership->current();
+    version = snap->version;
+    state = snap->group_state.empty() ? state : snap->group_state;
+    read_at = std::chrono::duration_cast<std::chrono::milliseconds>(snap->read_at.time_since_epoch()).count();
+  }
+  json instance{{"endpoint", ctx_.instance}, {"self", true}, {"ready", local["ready"]},
+                {"version", local["version"]}, {"partitions", owned}};
+  return json_response(200, {{"group", ctx_.group},
+                             {"group_state", state},
+                             {"membership_version", version},
+                             {"read_at_ms", read_at},
+                             {"instances", json::array({instance})},
+                             {"partitions", partitions},
+                             {"served_by", ctx_.instance}});
+}
+
+void api::cluster_async(const http_request& req, std::function<void(http_response)> finish) const {
+  auto snap = ctx_.membership->current();
+  struct gather {
+    std::mutex mu;
+    size_t pending = 0;
+    std::map<std::string, json> views;  // endpoint -> its local view (or an error)
+  };
+  auto g = std::make_shared<gather>();
+  g->views[ctx_.instance] = local_cluster_view();
+  std::vector<std::string> others;
+  for (const auto& m : snap->members)
+    if (!m.endpoint.empty() && m.endpoint != ctx_.instance) others.push_back(m.endpoint);
+  auto complete = [this, g, snap, finish]() {
+    json instances = json::array(), partitions = json::array();
+    std::map<std::pair<std::string, int32_t>, json> held;  // (topic, partition) -> holder's numbers
+    for (auto& [endpoint, v] : g->views)
+      if (v.contains("partitions"))
+        for (auto& p : v["partitions"]) held[{p["topic"].get<std::string>(), p["partition"].get<int32_t>()}] = p;
+    for (const auto& m : snap->members) {
+      json parts = json::array();
+      for (const auto& [t, p] : m.partitions) parts.push_back({{"topic", t}, {"partition", p}});
+      json inst{{"endpoint", m.endpoint}, {"member_id", m.member_id}, {"client_id", m.client_id}, {"host", m.host},
+                {"self", m.endpoint == ctx_.instance}, {"partitions", parts}};
+      auto it = g->views.find(m.endpoint);
+      if (it != g->views.end() && it->second.contains("ready")) {
+        inst["ready"] = it->second["ready"];
+        inst["version"] = it->second["version"];
+      } else {
+        inst["ready"] = nullptr;
+        inst["version"] = nullptr;
+        if (it != g->views.end() && it->second.contains("error")) inst["error"] = it->second["error"];
+      }
+      instances.push_back(inst);
+      for (const auto& [t, p] : m.partitions) {
+        json e{{"topic", t}, {"partition", p}, {"owner", m.endpoint}, {"standbys", json::array()},
+               {"position", nullptr}, {"high_watermark", nullptr}, {"lag", nullptr}, {"ready", nullptr}};
+        auto h = held.find({t, p});
+        if (h != held.end())
+          for (const char* k : {"position", "high_watermark", "lag", "ready"}) e[k] = h->second[k];
+        partitions.push_back(e);
+      }
+    }
+    std::sort(partitions.begin(), partitions.end(), [](const json& a, const json& b) {
+      return std::make_pair(a["topic"].get<std::string>(), a["partition"].get<int>()) <
+             std::make_pair(b["topic"].get<std::string>(), b["partition"].get<int>());
+    });
+    auto read_at = std::chrono::duration_cast<std::chrono::milliseconds>(snap->read_at.time_since_epoch()).count();
+    finish(json_response(200, {{"group", ctx_.group},
+                               {"group_state", snap->group_state},
+                               {"membership_version", snap->version},
+                               {"read_at_ms", read_at},
+                               {"instances", instances},
+                               {"partitions", partitions},
+                               {"served_by", ctx_.instance}}));
+  };
+  if (others.empty()) return complete();
+  g->pending = others.size();
+  for (const auto& endpoint : others) {
+    peer_request pr;
+    pr.target = "/v1/cluster?scope=local";
+    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
+    pr.deadline = clock_type::now() + ctx_.forward_timeout;
+    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, complete](result<http_response> r) {
+      json v;
+      if (r.ok() && r->status == 200) {
+        auto full = json::parse(r->body, nullptr, false);
+        if (full.is_object() && full.contains("instances") && !full["instances"].empty()) {
+          v = full["instances"][0];
+          v["partitions"] = full["partitions"];
+        }
+      }
+      if (!v.is_object()) v = json{{"error", r.ok() ? "status " + std::to_string(r->status) : r.error().to_string()}};
+      bool last;
+      {
+        std::lock_guard lock(g->mu);
+        g->views[endpoint] = std::move(v);
+        last = --g->pending == 0;
+      }
+      if (last) complete();
+    });
+  }
+}
+
+void api::forward(const http_request& req, const std::string& owner, std::function<void(http_response)> finish) const {
+  peer_request pr;
+  pr.method = req.method;
+  pr.target = req.target;
+  pr.body = req.body;
+  pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
+  for (const char* h : {"accept", "content-type", "x-kstate-min-position"})
+    if (auto v = req.header(h)) pr.headers.emplace_back(h, *v);
+  pr.deadline = clock_type::now() + ctx_.forward_timeout;
+  auto counter = m_forwarded_;
+  ctx_.peers->send(owner, std::move(pr), [owner, path = req.path, finish, counter](result<http_response> r) {
+    if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
+    if (r.ok()) {
+      http_response out = std::move(r.value());
+      out.with_header("X-Kstate-Forwarded-To", owner);
+      return finish(std::move(out));
+    }
+    finish(problem(failure_reason::not_owner, "the owner at " + owner + " did not answer: " + r.error().message(), path));
+  });
 }
 
 }  // namespace

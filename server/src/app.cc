@@ -9,7 +9,9 @@
 
 #include "ingest/engine.h"
 #include "core/notifier.h"
+#include "ingest/membership.h"
 #include "ingest/partitioner.h"
+#include "server/peer_client.h"
 #include "query/freshness.h"
 #include "server/api.h"
 #include "server/http_server.h"
@@ -23,6 +25,9 @@ struct app::impl {
   app_config cfg;
   std::shared_ptr<prometheus::Registry> metrics = std::make_shared<prometheus::Registry>();
   ownership_registry ownership;
+  membership_registry membership;
+  std::unique_ptr<ingest::membership_watcher> watcher;
+  std::unique_ptr<peer_client> peers;
   change_notifier notifier;
   std::atomic<bool> draining{false};
   std::unique_ptr<storage::db> db;
@@ -68,6 +73,10 @@ status app::start() {
   ctx.queries = i.queries.get();
   ctx.waiter = i.waiter.get();
   ctx.ownership = &i.ownership;
+  i.peers = std::make_unique<peer_client>(peer_client_config{});
+  ctx.membership = &i.membership;
+  ctx.peers = i.peers.get();
+  ctx.group = i.cfg.application_id;
   ctx.metrics = i.metrics.get();
   ctx.collectables.push_back(make_state_metrics(*i.db, i.cfg.views, i.ownership, i.cfg.application_id));
   ctx.instance = i.cfg.advertised_endpoint;
@@ -83,6 +92,12 @@ status app::start() {
   if (i.cfg.http.port == 0)  // report the port actually bound
     i.cfg.advertised_endpoint = "http://" + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());
 
+  // The group description names each member's endpoint; a rebalance refreshes it.
+  i.cfg.ingest.advertised_endpoint = i.cfg.advertised_endpoint;
+  i.watcher = std::make_unique<ingest::membership_watcher>(i.cfg.ingest, ingest::membership_config{}, i.membership);
+  if (auto s = i.watcher->start(); !s.ok()) return s;
+  auto* watcher = i.watcher.get();
+  i.cfg.ingest.on_rebalance = [watcher] { watcher->refresh_soon(); };
   i.ingest = std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(),
                                               &i.notifier);
   {
@@ -138,11 +153,16 @@ void app::stop() {
   if (i.stopped) return;
   i.stopped = true;
   i.draining = true;
+  // Pending min_position waits get their 503 while connections are still open.
+  if (i.waiter) i.waiter->shutdown();
   if (i.http) i.http->stop();
   if (i.ingest) i.ingest->stop();
+  // After the engine: its rebalance hook calls the watcher until it stops.
+  if (i.watcher) i.watcher->stop();
   // Pending min_position waits are answered (503) while the handler still exists.
   i.waiter.reset();
   i.http.reset();
+  i.peers.reset();
   if (i.db) {
     if (auto s = i.db->flush(); !s.ok()) spdlog::warn("flushing state on shutdown: {}", s.to_string());
   }

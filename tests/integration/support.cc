@@ -342,9 +342,9 @@ kstate_process::kstate_process(std::string application_id, std::vector<view> vie
                                std::string extra_yaml)
     : state_dir_(std::move(state_dir)) {
   port_ = free_port();
-  auto dir = std::filesystem::path(state_dir_).parent_path();
-  config_path_ = (dir / (application_id + ".yaml")).string();
-  log_ = (dir / (application_id + ".log")).string();
+  // Named after the state directory: instances of one application differ by it.
+  config_path_ = state_dir_ + ".yaml";
+  log_ = state_dir_ + ".log";
   std::ofstream cfg(config_path_);
   cfg << "application_id: " << application_id << "\n"
       << "bootstrap_servers: " << bootstrap() << "\n"

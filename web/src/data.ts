@@ -6,7 +6,7 @@ import { cluster, listStores, readiness, type ClusterPartition, type Store } fro
 export interface InstanceView {
   endpoint: string;
   self: boolean;
-  ready: boolean;
+  ready: boolean | null; // null: the instance did not answer
   version: string | null;
   partitions: { topic: string; partition: number }[];
 }
@@ -29,7 +29,7 @@ export async function loadClusterView(): Promise<ClusterView> {
     return {
       source: 'cluster',
       group: c.group,
-      generation: c.generation,
+      generation: c.membership_version,
       instances: c.instances.map((i) => ({ ...i, version: i.version ?? null })),
       partitions: c.partitions,
       stores: s.data,

@@ -129,6 +129,10 @@ class engine {
   const std::vector<view_def>& views() const { return views_; }
   const view_def* find_store(std::string_view name) const;
 
+  // The source topic and partition a key of a store lives in (the producers'
+  // partitioner), or nullopt when the store or the partition count is unknown.
+  std::optional<std::pair<std::string, int32_t>> locate(std::string_view store, std::string_view key) const;
+
   // Latest value of a key. Fails with not_active / not_up_to_date rather than answer
   // "absent" for a partition this instance does not hold current.
   query_result<key_answer> get(const key_query& q) const;

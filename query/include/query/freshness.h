@@ -36,6 +36,8 @@ class freshness_waiter {
   freshness_waiter& operator=(const freshness_waiter&) = delete;
 
   void wait(std::string store, position bound, clock::time_point deadline, callback done);
+  // Answers every pending waiter with `false` now, and every later one at once.
+  void shutdown();
   size_t pending() const;
 
  private:

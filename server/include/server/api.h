@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/membership.h"
 #include "core/ownership.h"
 #include "query/engine.h"
 #include "query/freshness.h"
@@ -18,6 +19,8 @@
 namespace prometheus { class Registry; class Collectable; }
 
 namespace kstate::server {
+
+class peer_client;
 
 struct api_config {
   // Entries per range page when the request gives no limit. Default 100.
@@ -40,6 +43,13 @@ struct api_context {
   const query::engine* queries = nullptr;
   query::freshness_waiter* waiter = nullptr;
   const ownership_registry* ownership = nullptr;
+  // Who owns which partition, from the consumer group (may be null: single instance).
+  const membership_registry* membership = nullptr;
+  // Forwards requests to owners (may be null: no forwarding).
+  peer_client* peers = nullptr;
+  // How long a forwarded request may take.
+  std::chrono::milliseconds forward_timeout{5'000};
+  std::string group;  // consumer group id (application_id)
   prometheus::Registry* metrics = nullptr;  // may be null: /metrics then answers 404
   // Read at every scrape, after `metrics`.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables;

@@ -21,7 +21,7 @@ export function Overview() {
         sub={
           v?.source === 'cluster' ? (
             <>
-              Consumer group <code>{v.group}</code> · generation {v.generation} · {v.instances.length}{' '}
+              Consumer group <code>{v.group}</code> · membership version {v.generation} · {v.instances.length}{' '}
               {v.instances.length === 1 ? 'instance' : 'instances'}
             </>
           ) : v ? (
@@ -123,7 +123,7 @@ function InstanceRow({ i }: { i: InstanceView }) {
           {i.self && <span class="tag">this instance</span>}
         </span>
       </td>
-      <td data-label="Status">{i.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}</td>
+      <td data-label="Status">{i.ready === null ? <Pill tone="warn">no answer</Pill> : i.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}</td>
       <td data-label="Version">{i.version ?? <span class="muted">—</span>}</td>
       <td data-label="Partitions">
         {byTopic.size === 0 ? (

@@ -136,7 +136,7 @@ export function StoreDetail({ store }: { store: string }) {
                   <tr>
                     <td data-label="Partition" class="num">{x.partition}</td>
                     <td data-label="Owner">{x.owner ? <code class="endpoint">{x.owner}</code> : <span class="muted">unassigned</span>}</td>
-                    <td data-label="Standbys">{x.standbys.length ? <span>{x.standbys.map((sb) => <code class="endpoint block">{sb}</code>)}</span> : <span class="muted">none</span>}</td>
+                    <td data-label="Standbys">{x.standbys.length ? <span>{x.standbys.map((sb: string) => <code class="endpoint block">{sb}</code>)}</span> : <span class="muted">none</span>}</td>
                     <td data-label="Position" class="num">{fmt.int(x.position)}</td>
                     <td data-label="High watermark" class="num">{fmt.int(x.high_watermark)}</td>
                     <td data-label="Lag" class={`num ${x.ready ? '' : 'warn-text'}`}>{fmt.int(x.lag)}</td>
