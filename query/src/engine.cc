@@ -157,11 +157,12 @@ void tighten_upper(std::optional<std::string>& upper, const std::string& candida
 
 class merged_range final : public range_stream {
  public:
-  merged_range(std::shared_ptr<const storage::snapshot> snap, storage::view_id view, int32_t partitions,
-               std::optional<std::string> lower, std::optional<std::string> upper, bool descending)
+  merged_range(std::shared_ptr<const storage::snapshot> snap, storage::view_id view,
+               const std::vector<int32_t>& partitions, std::optional<std::string> lower,
+               std::optional<std::string> upper, bool descending)
       : snap_(std::move(snap)), descending_(descending), heap_(order{this}) {
     bool empty = lower && upper && !(*lower < *upper);
-    for (int32_t p = 0; p < partitions; ++p) {
+    for (int32_t p : partitions) {
       auto pos = snap_->position(view, p);
       if (!pos.ok()) {
         error_ = pos.error();
@@ -228,8 +229,16 @@ query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
   auto vid = db_.find_view(view->name);
   if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
-  int32_t count = 0;
-  if (auto f = require_all_partitions<std::unique_ptr<range_stream>>(*view, count)) return std::move(*f);
+  std::vector<int32_t> parts;
+  if (q.partitions) {
+    for (int32_t p : *q.partitions)
+      if (auto f = require_partition<std::unique_ptr<range_stream>>(*view, p)) return std::move(*f);
+    parts = *q.partitions;
+  } else {
+    int32_t count = 0;
+    if (auto f = require_all_partitions<std::unique_ptr<range_stream>>(*view, count)) return std::move(*f);
+    for (int32_t p = 0; p < count; ++p) parts.push_back(p);
+  }
 
   std::optional<std::string> lower = q.from, upper = q.to;
   if (q.prefix) {
@@ -241,7 +250,7 @@ query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query
     else tighten_lower(lower, *q.after + std::string(1, '\0'));  // the next key after `after`
   }
   std::unique_ptr<range_stream> s =
-      std::make_unique<merged_range>(db_.read_snapshot(), *vid, count, lower, upper, q.descending);
+      std::make_unique<merged_range>(db_.read_snapshot(), *vid, parts, lower, upper, q.descending);
   if (!s->error().ok()) return R::fail(failure_reason::store_exception, s->error().to_string());
   return R::success(std::move(s));
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include "core/utf8.h"
 #include "query/cursor.h"
@@ -155,7 +156,18 @@ struct captures {
   // Set by a handler that found the answer lives on another instance: the request is
   // then forwarded there (once; a forwarded request is never forwarded again).
   mutable std::string forward_to;
+  // Set by the range handler when partitions of the range are owned elsewhere: the page
+  // is then gathered from every owner and merged.
+  struct scatter {
+    query::range_query q;
+    uint32_t limit;
+    std::string fingerprint;
+  };
+  mutable std::optional<scatter> scatter_range;
 };
+
+// One entry of a range page: its serialized key (the merge order) and its JSON.
+using page_entry = std::pair<std::string, json>;
 
 // Marks a request forwarded by another instance; its value is the hop count.
 constexpr const char* hop_header = "X-Kstate-Hop";
@@ -205,6 +217,10 @@ class api {
   // /v1/cluster for the whole group: membership plus every instance's local view.
   void cluster_async(const http_request& req, std::function<void(http_response)> finish) const;
   void forward(const http_request& req, const std::string& owner, std::function<void(http_response)> finish) const;
+  void range_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const;
+  // A range page in the API's shape from entries already in order.
+  http_response range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries, bool more,
+                           const position& pos) const;
 
  private:
   json store_json(const view_def& v) const;
@@ -231,7 +247,8 @@ const std::vector<route>& api::routes() {
        &api::get_key},
       {"GET",
        {"v1", "stores", "{store}", "keys"},
-       {"from", "to", "prefix", "limit", "cursor", "order", "key_format", "min_position", "timeout_ms"},
+       {"from", "to", "prefix", "limit", "cursor", "order", "key_format", "min_position", "timeout_ms", "partitions",
+        "after"},
        true,
        &api::range},
       {"POST", {"v1", "stores", "{store}", "keys:batchGet"}, {"key_format", "min_position", "timeout_ms"}, true,
@@ -316,6 +333,7 @@ void api::handle(const http_request& req, http_responder reply) {
   // Runs the route; a handler that found the key on another instance gets it forwarded.
   auto run = [this, fn = found->fn, finish](const http_request& r, const captures& c) {
     auto response = (this->*fn)(r, c);
+    if (c.scatter_range) return range_scatter(r, c, finish);
     if (c.forward_to.empty()) return finish(std::move(response));
     forward(r, c.forward_to, finish);
   };
@@ -583,6 +601,28 @@ http_response api::range(const http_request& req, const captures& c) const {
     if (!decoded.ok()) return problem(failure_reason::bad_cursor, decoded.error().message(), req.path);
     q.after = decoded->last_key;
   }
+  // One instance's part of a scatter-gather, asked by another instance: only these
+  // partitions, strictly after `after` (base64url of the serialized key).
+  bool part = req.header(hop_header).has_value() && req.param("partitions").has_value();
+  if (part) {
+    std::vector<int32_t> ps;
+    std::stringstream list(*req.param("partitions"));
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      auto v = parse_int(item);
+      if (!v || *v < 0) return problem(failure_reason::bad_request, "partitions must be a list of numbers", req.path);
+      ps.push_back(static_cast<int32_t>(*v));
+    }
+    q.partitions = std::move(ps);
+    if (auto after = req.param("after")) {
+      auto raw = query::base64url_decode(*after);
+      if (!raw.ok()) return problem(failure_reason::bad_cursor, "after: " + raw.error().message(), req.path);
+      q.after = *raw;
+    }
+  } else if (req.param("partitions") || req.param("after")) {
+    return problem(failure_reason::unknown_parameter, "partitions and after are set by kstate on forwarded requests",
+                   req.path);
+  }
 
   if (m == media::ndjson) {
     if (open_scans_.fetch_add(1) >= ctx_.limits.max_concurrent_scans) {
@@ -602,18 +642,36 @@ http_response api::range(const http_request& req, const captures& c) const {
   }
 
   auto res = ctx_.queries->range(q, limit);
-  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  if (!res.ok()) {
+    if (res.failure == query::failure_reason::not_active && !req.header(hop_header) && ctx_.membership &&
+        ctx_.peers) {
+      c.scatter_range = captures::scatter{q, limit, fp};
+      return {};
+    }
+    return from_failure(*res.failure, res.message, req.path);
+  }
   const auto& a = *res.answer;
+  std::vector<page_entry> entries;
+  entries.reserve(a.entries.size());
+  for (const auto& e : a.entries) {
+    json j{{"key", render_key(view->key_format, e.key)},
+           {"value", render_value(view->value_format, e.value)},
+           {"partition", e.partition},
+           {"offset", e.offset}};
+    if (part) j["raw_key"] = query::base64url_encode(e.key);
+    entries.emplace_back(e.key, std::move(j));
+  }
+  return range_page(req, fp, std::move(entries), a.more, a.pos);
+}
+
+http_response api::range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries,
+                              bool more, const position& pos) const {
   json data = json::array();
-  for (const auto& e : a.entries)
-    data.push_back({{"key", render_key(view->key_format, e.key)},
-                    {"value", render_value(view->value_format, e.value)},
-                    {"partition", e.partition},
-                    {"offset", e.offset}});
+  for (auto& [raw, j] : entries) data.push_back(std::move(j));
   json next = nullptr;
   std::string link;
-  if (a.more && !a.entries.empty()) {
-    auto token = query::encode_cursor({a.entries.back().key}, fp);
+  if (more && !entries.empty()) {
+    auto token = query::encode_cursor({entries.back().first}, fp);
     next = token;
     // The same query with the new cursor; every other parameter kept as given.
     std::string target = req.path + "?";
@@ -627,11 +685,114 @@ http_response api::range(const http_request& req, const captures& c) const {
     link = "<" + target + ">; rel=\"next\"";
   }
   auto r = json_response(200, {{"data", data},
-                               {"metadata", {{"next", next}, {"position", position_json(a.pos)}}},
+                               {"metadata", {{"next", next}, {"position", position_json(pos)}}},
                                {"served_by", ctx_.instance}});
-  r.with_header("X-Kstate-Position", position_header(a.pos));
+  r.with_header("X-Kstate-Position", position_header(pos));
   if (!link.empty()) r.with_header("Link", link);
   return r;
+}
+
+void api::range_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
+  const auto& plan = *c.scatter_range;
+  const auto* view = ctx_.queries->find_store(c.store);
+  auto snap = ctx_.membership->current();
+  int32_t count = ctx_.ownership->partition_count(view->topic);
+  std::vector<int32_t> local;
+  std::map<std::string, std::vector<int32_t>> remote;
+  for (int32_t p = 0; p < count; ++p) {
+    if (ctx_.ownership->serves(view->topic, p)) {
+      local.push_back(p);
+      continue;
+    }
+    auto owner = snap->owner(view->topic, p);
+    if (!owner || *owner == ctx_.instance)
+      return finish(problem(failure_reason::not_owner,
+                            "partition " + std::to_string(p) + " of '" + view->topic +
+                                "' has no owner that can answer yet (the group is rebalancing or restoring)",
+                            req.path));
+    remote[*owner].push_back(p);
+  }
+  struct gather {
+    std::mutex mu;
+    size_t pending = 0;
+    std::vector<page_entry> entries;
+    bool more = false;
+    position pos;
+    std::optional<http_response> failure;
+  };
+  auto g = std::make_shared<gather>();
+  if (!local.empty()) {
+    auto q = plan.q;
+    q.partitions = local;
+    auto res = ctx_.queries->range(q, plan.limit);
+    if (!res.ok()) return finish(from_failure(*res.failure, res.message, req.path));
+    for (const auto& e : res.answer->entries)
+      g->entries.emplace_back(e.key, json{{"key", render_key(view->key_format, e.key)},
+                                          {"value", render_value(view->value_format, e.value)},
+                                          {"partition", e.partition},
+                                          {"offset", e.offset}});
+    g->more = res.answer->more;
+    g->pos = res.answer->pos;
+  }
+  bool descending = plan.q.descending;
+  auto fp = plan.fingerprint;
+  auto limit = plan.limit;
+  auto complete = [this, g, req, fp, limit, descending, finish]() {
+    if (g->failure) return finish(std::move(*g->failure));
+    // Each part is in order; merged, the first `limit` are the page.
+    std::sort(g->entries.begin(), g->entries.end(), [descending](const page_entry& a, const page_entry& b) {
+      return descending ? b.first < a.first : a.first < b.first;
+    });
+    bool more = g->more || g->entries.size() > limit;
+    if (g->entries.size() > limit) g->entries.resize(limit);
+    finish(range_page(req, fp, std::move(g->entries), more, g->pos));
+  };
+  if (remote.empty()) return complete();
+  g->pending = remote.size();
+  for (const auto& [endpoint, parts] : remote) {
+    std::string target = req.path + "?";
+    for (const auto& [k, v] : req.query)
+      if (k != "cursor" && k != "limit") target += query_escape(k) + "=" + query_escape(v) + "&";
+    std::string list;
+    for (auto p : parts) list += (list.empty() ? "" : ",") + std::to_string(p);
+    target += "limit=" + std::to_string(limit) + "&partitions=" + list;
+    if (plan.q.after) target += "&after=" + query::base64url_encode(*plan.q.after);
+    peer_request pr;
+    pr.target = target;
+    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}, {"Accept", "application/json"}};
+    pr.deadline = clock_type::now() + ctx_.forward_timeout;
+    auto counter = m_forwarded_;
+    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, path = req.path, complete, counter](result<http_response> r) {
+      if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
+      bool last;
+      {
+        std::lock_guard lock(g->mu);
+        if (!r.ok()) {
+          if (!g->failure)
+            g->failure = problem(failure_reason::not_owner,
+                                 "the owner at " + endpoint + " did not answer: " + r.error().message(), path);
+        } else if (r->status != 200) {
+          if (!g->failure) g->failure = std::move(r.value());
+        } else {
+          auto body = json::parse(r->body, nullptr, false);
+          if (!body.is_object() || !body.contains("data")) {
+            if (!g->failure) g->failure = problem(failure_reason::internal, "bad answer from " + endpoint, path);
+          } else {
+            for (auto& e : body["data"]) {
+              auto raw = query::base64url_decode(e.value("raw_key", std::string()));
+              if (!raw.ok()) continue;
+              e.erase("raw_key");
+              g->entries.emplace_back(std::move(*raw), std::move(e));
+            }
+            if (!body["metadata"]["next"].is_null()) g->more = true;
+            for (auto& [p, off] : body["metadata"]["position"].items()) g->pos[std::stoi(p)] = off.get<int64_t>();
+          }
+        }
+        last = --g->pending == 0;
+      }
+      if (last) complete();
+    });
+  }
 }
 
 http_response api::batch_get(const http_request& req, const captures& c) const {

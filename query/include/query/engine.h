@@ -59,6 +59,8 @@ struct range_query {
   std::optional<std::string> prefix;  // keys starting with these bytes (combined with from/to)
   bool descending = false;
   std::optional<std::string> after;   // resume strictly after this key, in iteration order
+  // Only these partitions (a scatter-gather part); nullopt: every partition of the topic.
+  std::optional<std::vector<int32_t>> partitions;
 };
 
 struct range_entry {
