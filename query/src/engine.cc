@@ -272,29 +272,40 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
   return R::success(std::move(a));
 }
 
-query_result<count_answer> engine::count(std::string_view store, uint64_t exact_limit) const {
+query_result<count_answer> engine::count(std::string_view store, uint64_t exact_limit,
+                                         const std::optional<std::vector<int32_t>>& subset) const {
   using R = query_result<count_answer>;
   const auto* view = find_store(store);
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
   auto vid = db_.find_view(view->name);
   if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
-  int32_t partitions = 0;
-  if (auto f = require_all_partitions<count_answer>(*view, partitions)) return *f;
+  int32_t total = 0;
+  std::vector<int32_t> parts;
+  if (subset) {
+    total = ownership_.partition_count(view->topic);
+    for (int32_t p : *subset)
+      if (auto f = require_partition<count_answer>(*view, p)) return *f;
+    parts = *subset;
+  } else {
+    if (auto f = require_all_partitions<count_answer>(*view, total)) return *f;
+    for (int32_t p = 0; p < total; ++p) parts.push_back(p);
+  }
   auto stats = db_.stats(*vid);
   if (!stats.ok()) return R::fail(failure_reason::store_exception, stats.error().to_string());
   count_answer a;
   auto snap = db_.read_snapshot();
-  for (int32_t p = 0; p < partitions; ++p) {
+  for (int32_t p : parts) {
     auto pos = snap->position(*vid, p);
     if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
     a.pos[p] = pos->value_or(0);
   }
   if (stats->estimated_keys > exact_limit) {
-    a.count = stats->estimated_keys;
+    // RocksDB estimates the whole column family; a part answers its share.
+    a.count = total > 0 ? stats->estimated_keys * parts.size() / static_cast<uint64_t>(total) : 0;
     a.exact = false;
     return R::success(std::move(a));
   }
-  for (int32_t p = 0; p < partitions; ++p) {
+  for (int32_t p : parts) {
     auto it = snap->scan(*vid, p, std::nullopt, std::nullopt, false);
     for (; it->valid(); it->next()) ++a.count;
     if (!it->error().ok()) return R::fail(failure_reason::store_exception, it->error().to_string());

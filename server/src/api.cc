@@ -164,6 +164,14 @@ struct captures {
     std::string fingerprint;
   };
   mutable std::optional<scatter> scatter_range;
+  // Set by count and batchGet when partitions they need are owned elsewhere.
+  mutable bool scatter_count = false;
+  struct batch {
+    std::vector<std::string> keys;   // serialized
+    std::vector<std::string> texts;  // as the client wrote them
+    std::string key_format;
+  };
+  mutable std::optional<batch> scatter_batch;
 };
 
 // One entry of a range page: its serialized key (the merge order) and its JSON.
@@ -218,6 +226,16 @@ class api {
   void cluster_async(const http_request& req, std::function<void(http_response)> finish) const;
   void forward(const http_request& req, const std::string& owner, std::function<void(http_response)> finish) const;
   void range_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const;
+  void count_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const;
+  void batch_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const;
+  // Partitions of the store's topic: those held here, and the others by owner. nullopt
+  // (with `err` set) when some partition has no owner that can answer.
+  struct partition_plan {
+    std::vector<int32_t> local;
+    std::map<std::string, std::vector<int32_t>> remote;
+  };
+  std::optional<partition_plan> plan_partitions(const view_def& view, const std::string& path,
+                                                http_response& err) const;
   // A range page in the API's shape from entries already in order.
   http_response range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries, bool more,
                            const position& pos) const;
@@ -253,7 +271,7 @@ const std::vector<route>& api::routes() {
        &api::range},
       {"POST", {"v1", "stores", "{store}", "keys:batchGet"}, {"key_format", "min_position", "timeout_ms"}, true,
        &api::batch_get},
-      {"GET", {"v1", "stores", "{store}", "count"}, {"min_position", "timeout_ms"}, true, &api::count},
+      {"GET", {"v1", "stores", "{store}", "count"}, {"min_position", "timeout_ms", "partitions"}, true, &api::count},
       {"GET", {"v1", "stores", "{store}", "keys", "{key}", "metadata"}, {"key_format"}, false, &api::key_metadata},
       {"GET", {"v1", "cluster"}, {"scope"}, false, &api::cluster},
   };
@@ -334,6 +352,8 @@ void api::handle(const http_request& req, http_responder reply) {
   auto run = [this, fn = found->fn, finish](const http_request& r, const captures& c) {
     auto response = (this->*fn)(r, c);
     if (c.scatter_range) return range_scatter(r, c, finish);
+    if (c.scatter_count) return count_scatter(r, c, finish);
+    if (c.scatter_batch) return batch_scatter(r, c, finish);
     if (c.forward_to.empty()) return finish(std::move(response));
     forward(r, c.forward_to, finish);
   };
@@ -692,6 +712,178 @@ http_response api::range_page(const http_request& req, const std::string& fp, st
   return r;
 }
 
+std::optional<api::partition_plan> api::plan_partitions(const view_def& view, const std::string& path,
+                                                        http_response& err) const {
+  auto snap = ctx_.membership->current();
+  int32_t count = ctx_.ownership->partition_count(view.topic);
+  partition_plan plan;
+  for (int32_t p = 0; p < count; ++p) {
+    if (ctx_.ownership->serves(view.topic, p)) {
+      plan.local.push_back(p);
+      continue;
+    }
+    auto owner = snap->owner(view.topic, p);
+    if (!owner || *owner == ctx_.instance) {
+      err = problem(failure_reason::not_owner,
+                    "partition " + std::to_string(p) + " of '" + view.topic +
+                        "' has no owner that can answer yet (the group is rebalancing or restoring)",
+                    path);
+      return std::nullopt;
+    }
+    plan.remote[*owner].push_back(p);
+  }
+  return plan;
+}
+
+// Collects the answers of several owners; the last one to arrive completes the request.
+struct peer_gather {
+  std::mutex mu;
+  size_t pending = 0;
+  std::vector<std::pair<std::string, json>> answers;  // endpoint -> body of a 200 answer
+  std::optional<http_response> failure;               // the first failure, answered instead
+
+  // Records one answer; true for the last.
+  bool add(const std::string& endpoint, result<http_response>& r, const std::string& path) {
+    std::lock_guard lock(mu);
+    if (!r.ok()) {
+      if (!failure)
+        failure = problem(failure_reason::not_owner, "the owner at " + endpoint + " did not answer: " + r.error().message(),
+                          path);
+    } else if (r->status != 200) {
+      if (!failure) failure = std::move(r.value());
+    } else {
+      auto body = json::parse(r->body, nullptr, false);
+      if (body.is_object()) answers.emplace_back(endpoint, std::move(body));
+      else if (!failure) failure = problem(failure_reason::internal, "bad answer from " + endpoint, path);
+    }
+    return --pending == 0;
+  }
+};
+
+void api::count_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
+  const auto* view = ctx_.queries->find_store(c.store);
+  http_response err;
+  auto plan = plan_partitions(*view, req.path, err);
+  if (!plan) return finish(std::move(err));
+  uint64_t local_count = 0;
+  bool local_exact = true;
+  position pos;
+  if (!plan->local.empty()) {
+    auto res = ctx_.queries->count(c.store, ctx_.limits.exact_count_limit, plan->local);
+    if (!res.ok()) return finish(from_failure(*res.failure, res.message, req.path));
+    local_count = res.answer->count;
+    local_exact = res.answer->exact;
+    pos = res.answer->pos;
+  }
+  auto g = std::make_shared<peer_gather>();
+  auto complete = [this, g, store = c.store, local_count, local_exact, pos, finish]() mutable {
+    if (g->failure) return finish(std::move(*g->failure));
+    uint64_t count = local_count;
+    bool exact = local_exact;
+    for (auto& [endpoint, body] : g->answers) {
+      count += body.value("count", uint64_t{0});
+      exact = exact && body.value("exact", false);
+      for (auto& [p, off] : body["metadata"]["position"].items()) pos[std::stoi(p)] = off.get<int64_t>();
+    }
+    finish(json_response(200, {{"store", store},
+                               {"count", count},
+                               {"exact", exact},
+                               {"metadata", {{"position", position_json(pos)}}},
+                               {"served_by", ctx_.instance}})
+               .with_header("X-Kstate-Position", position_header(pos)));
+  };
+  if (plan->remote.empty()) return complete();
+  g->pending = plan->remote.size();
+  for (const auto& [endpoint, parts] : plan->remote) {
+    std::string list;
+    for (auto p : parts) list += (list.empty() ? "" : ",") + std::to_string(p);
+    peer_request pr;
+    pr.target = req.path + "?partitions=" + list;
+    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
+    pr.deadline = clock_type::now() + ctx_.forward_timeout;
+    auto counter = m_forwarded_;
+    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, path = req.path, complete, counter](result<http_response> r) mutable {
+      if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
+      if (g->add(endpoint, r, path)) complete();
+    });
+  }
+}
+
+void api::batch_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
+  const auto* view = ctx_.queries->find_store(c.store);
+  const auto& b = *c.scatter_batch;
+  auto snap = ctx_.membership->current();
+  // Which keys go where, by index in the request.
+  std::vector<size_t> local;
+  std::map<std::string, std::vector<size_t>> remote;
+  for (size_t i = 0; i < b.keys.size(); ++i) {
+    auto loc = ctx_.queries->locate(c.store, b.keys[i]);
+    if (loc && ctx_.ownership->serves(loc->first, loc->second)) {
+      local.push_back(i);
+      continue;
+    }
+    auto owner = loc ? snap->owner(loc->first, loc->second) : std::nullopt;
+    if (!owner || *owner == ctx_.instance)
+      return finish(problem(failure_reason::not_owner,
+                            "a key's partition has no owner that can answer yet (the group is rebalancing or restoring)",
+                            req.path));
+    remote[*owner].push_back(i);
+  }
+  // Answers by rendered key, so every part's answer lands in request order.
+  auto found = std::make_shared<std::map<std::string, json>>();
+  auto pos = std::make_shared<position>();
+  if (!local.empty()) {
+    std::vector<std::string> keys;
+    for (auto i : local) keys.push_back(b.keys[i]);
+    auto res = ctx_.queries->get_many(c.store, keys);
+    if (!res.ok()) return finish(from_failure(*res.failure, res.message, req.path));
+    for (const auto& e : res.answer->entries)
+      if (e.value)
+        (*found)[dump(render_key(view->key_format, e.key))] = {{"key", render_key(view->key_format, e.key)},
+                                                                {"value", render_value(view->value_format, *e.value)},
+                                                                {"partition", e.partition},
+                                                                {"offset", e.offset}};
+    *pos = res.answer->pos;
+  }
+  auto g = std::make_shared<peer_gather>();
+  auto complete = [this, g, found, pos, keys = b.keys, view, finish]() {
+    if (g->failure) return finish(std::move(*g->failure));
+    for (auto& [endpoint, body] : g->answers) {
+      for (auto& e : body["data"]) (*found)[dump(e["key"])] = e;
+      for (auto& [p, off] : body["metadata"]["position"].items()) (*pos)[std::stoi(p)] = off.get<int64_t>();
+    }
+    json data = json::array(), missing = json::array();
+    for (const auto& k : keys) {
+      auto rendered = render_key(view->key_format, k);
+      auto it = found->find(dump(rendered));
+      if (it != found->end()) data.push_back(it->second);
+      else missing.push_back(rendered);
+    }
+    finish(json_response(200, {{"data", data},
+                               {"missing", missing},
+                               {"metadata", {{"position", position_json(*pos)}}},
+                               {"served_by", ctx_.instance}})
+               .with_header("X-Kstate-Position", position_header(*pos)));
+  };
+  if (remote.empty()) return complete();
+  g->pending = remote.size();
+  for (const auto& [endpoint, idx] : remote) {
+    json body{{"keys", json::array()}, {"key_format", b.key_format}};
+    for (auto i : idx) body["keys"].push_back(b.texts[i]);
+    peer_request pr;
+    pr.method = "POST";
+    pr.target = req.path;
+    pr.body = body.dump();
+    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}, {"Content-Type", "application/json"}};
+    pr.deadline = clock_type::now() + ctx_.forward_timeout;
+    auto counter = m_forwarded_;
+    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, path = req.path, complete, counter](result<http_response> r) mutable {
+      if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
+      if (g->add(endpoint, r, path)) complete();
+    });
+  }
+}
+
 void api::range_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
   const auto& plan = *c.scatter_range;
   const auto* view = ctx_.queries->find_store(c.store);
@@ -835,7 +1027,18 @@ http_response api::batch_get(const http_request& req, const captures& c) const {
     decoded.push_back(std::move(*d));
   }
   auto res = ctx_.queries->get_many(c.store, decoded);
-  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  if (!res.ok()) {
+    if (res.failure == query::failure_reason::not_active && !req.header(hop_header) && ctx_.membership &&
+        ctx_.peers) {
+      captures::batch b;
+      b.keys = decoded;
+      for (const auto& k : keys) b.texts.push_back(k.is_string() ? k.get<std::string>() : k.dump());
+      b.key_format = query::to_string(*fmt);
+      c.scatter_batch = std::move(b);
+      return {};
+    }
+    return from_failure(*res.failure, res.message, req.path);
+  }
   json data = json::array(), missing = json::array();
   for (const auto& e : res.answer->entries) {
     if (e.value)
@@ -853,8 +1056,29 @@ http_response api::batch_get(const http_request& req, const captures& c) const {
 }
 
 http_response api::count(const http_request& req, const captures& c) const {
-  auto res = ctx_.queries->count(c.store, ctx_.limits.exact_count_limit);
-  if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
+  std::optional<std::vector<int32_t>> subset;
+  if (auto list = req.param("partitions")) {
+    if (!req.header(hop_header))
+      return problem(failure_reason::unknown_parameter, "partitions is set by kstate on forwarded requests", req.path);
+    std::vector<int32_t> ps;
+    std::stringstream in(*list);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      auto v = parse_int(item);
+      if (!v || *v < 0) return problem(failure_reason::bad_request, "partitions must be a list of numbers", req.path);
+      ps.push_back(static_cast<int32_t>(*v));
+    }
+    subset = std::move(ps);
+  }
+  auto res = ctx_.queries->count(c.store, ctx_.limits.exact_count_limit, subset);
+  if (!res.ok()) {
+    if (res.failure == query::failure_reason::not_active && !req.header(hop_header) && ctx_.membership &&
+        ctx_.peers) {
+      c.scatter_count = true;
+      return {};
+    }
+    return from_failure(*res.failure, res.message, req.path);
+  }
   return json_response(200, {{"store", c.store},
                              {"count", res.answer->count},
                              {"exact", res.answer->exact},

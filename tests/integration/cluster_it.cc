@@ -33,7 +33,7 @@ json wait_for_cluster(kstate_process& ks, size_t members, int partitions) {
 }
 }  // namespace
 
-TEST_CASE("two instances: every key and every range through either instance equals the model; one hop at most") {
+TEST_CASE("two instances: keys, ranges, counts and batches through either instance equal the model; one hop at most") {
   const int partitions = 6;
   auto topic = unique_name("duo");
   create_topic(topic, partitions);
@@ -135,6 +135,35 @@ TEST_CASE("two instances: every key and every range through either instance equa
     CHECK_MESSAGE(got == want, "got " << got.size() << " want " << want.size() << " first " << (got.empty() ? "" : got[0])
                                      << " / " << (want.empty() ? "" : want[0]) << " last " << (got.empty() ? "" : got.back()) << " / " << (want.empty() ? "" : want.back()));
   }
+  // Count and batchGet through either instance: summed and merged across owners.
+  for (auto* via : {&a, &b}) {
+    http_client rc(via->port());
+    auto n = rc.get("/v1/stores/s/count");
+    REQUIRE(n);
+    REQUIRE_MESSAGE(n->status == 200, n->body);
+    CHECK(n->body_json()["count"] == model.size());
+    CHECK(n->body_json()["exact"] == true);
+    CHECK(n->body_json()["metadata"]["position"].size() == static_cast<size_t>(partitions));
+
+    json req = {{"keys", json::array()}};
+    std::vector<std::string> asked;
+    for (int k = 0; k < 2100; k += 7) asked.push_back("user-" + std::to_string(k));  // some never written
+    for (const auto& k : asked) req["keys"].push_back(k);
+    auto bg = rc.post("/v1/stores/s/keys:batchGet", "application/json", req.dump());
+    REQUIRE(bg);
+    REQUIRE_MESSAGE(bg->status == 200, bg->body);
+    auto body = bg->body_json();
+    std::vector<std::string> want_found, want_missing, got_found, got_missing;
+    for (const auto& k : asked) (model.count(k) ? want_found : want_missing).push_back(k);
+    for (const auto& e : body["data"]) {
+      got_found.push_back(e["key"].get<std::string>());
+      CHECK(e["value"] == json::parse(model.at(got_found.back())));
+    }
+    for (const auto& m : body["missing"]) got_missing.push_back(m.get<std::string>());
+    CHECK(got_found == want_found);  // in request order
+    CHECK(got_missing == want_missing);
+  }
+
   // The internal parameters are refused from clients.
   {
     http_client rc(a.port());

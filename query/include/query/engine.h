@@ -151,7 +151,10 @@ class engine {
 
   // Number of keys: exact (a scan) when the store holds at most `exact_limit` keys by
   // RocksDB's estimate, otherwise the estimate, marked inexact.
-  query_result<count_answer> count(std::string_view store, uint64_t exact_limit) const;
+  // With `partitions`, only those (a scatter-gather part); an estimate is then scaled by
+  // their share of the topic's partitions.
+  query_result<count_answer> count(std::string_view store, uint64_t exact_limit,
+                                   const std::optional<std::vector<int32_t>>& partitions = std::nullopt) const;
 
   // True when, for every (partition, offset) in `bound`, the record at that offset has
   // been applied (the stored next offset is beyond it). Partitions must exist.
