@@ -207,6 +207,11 @@ struct engine::impl {
     if (m_rebalances) m_rebalances->Add({{"consumergroup", cfg.application_id}}).Increment();
     bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+      if (cfg.before_assign) {
+        std::vector<std::pair<std::string, int32_t>> taken;
+        for (int i = 0; i < parts->cnt; ++i) taken.emplace_back(parts->elems[i].topic, parts->elems[i].partition);
+        cfg.before_assign(taken);
+      }
       std::vector<ownership_registry::assignment> added;
       for (int i = 0; i < parts->cnt; ++i) {
         auto& p = parts->elems[i];

@@ -92,6 +92,26 @@ query_result<key_answer> engine::get(const key_query& q) const {
   return R::success(std::move(a));
 }
 
+query_result<key_answer> engine::get_stale(const key_query& q) const {
+  using R = query_result<key_answer>;
+  auto loc = locate(q.store, q.key);
+  if (!loc) return R::fail(failure_reason::not_up_to_date, "partition count not known yet");
+  auto vid = db_.find_view(find_store(q.store)->name);
+  auto got = db_.get(*vid, loc->second, q.key);
+  if (!got.ok()) return R::fail(failure_reason::store_exception, got.error().to_string());
+  if (!got->position) return R::fail(failure_reason::not_active, "no copy of this partition here");
+  key_answer a;
+  if (got->value) {
+    auto f = unframe_value(*got->value);
+    if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
+    a.value = std::string(f->value);
+    a.offset = f->offset;
+  }
+  a.partition = loc->second;
+  a.pos[loc->second] = *got->position;
+  return R::success(std::move(a));
+}
+
 query_result<batch_answer> engine::get_many(std::string_view store, const std::vector<std::string>& keys) const {
   using R = query_result<batch_answer>;
   const auto* view = find_store(store);

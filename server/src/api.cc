@@ -15,6 +15,7 @@
 #include "core/utf8.h"
 #include "query/cursor.h"
 #include "query/key_format.h"
+#include "ingest/standby.h"
 #include "server/peer_client.h"
 #include "server/problem.h"
 #include "server/ui.h"
@@ -219,6 +220,10 @@ class api {
   http_response batch_get(const http_request& req, const captures& c) const;
   http_response count(const http_request& req, const captures& c) const;
   http_response key_metadata(const http_request& req, const captures& c) const;
+  // An answer from this instance's own copy of the key's partition, marked stale with
+  // its lag; nullopt when there is no copy here.
+  std::optional<http_response> stale_answer(const http_request& req, const std::string& store,
+                                            const std::string& key) const;
   http_response cluster(const http_request& req, const captures& c) const;
   // This instance's part of /v1/cluster: readiness and the partitions it holds.
   json local_cluster_view() const;
@@ -261,8 +266,8 @@ const std::vector<route>& api::routes() {
       {"GET", {"openapi.json"}, {}, false, &api::openapi},
       {"GET", {"v1", "stores"}, {}, false, &api::list_stores},
       {"GET", {"v1", "stores", "{store}"}, {}, false, &api::describe_store},
-      {"GET", {"v1", "stores", "{store}", "keys", "{key}"}, {"key_format", "min_position", "timeout_ms"}, true,
-       &api::get_key},
+      {"GET", {"v1", "stores", "{store}", "keys", "{key}"}, {"key_format", "min_position", "timeout_ms", "allow_stale"},
+       true, &api::get_key},
       {"GET",
        {"v1", "stores", "{store}", "keys"},
        {"from", "to", "prefix", "limit", "cursor", "order", "key_format", "min_position", "timeout_ms", "partitions",
@@ -514,6 +519,9 @@ http_response api::get_key(const http_request& req, const captures& c) const {
         c.forward_to = *owner;
         return {};
       }
+    }
+    if (req.param("allow_stale") == "true") {
+      if (auto stale = stale_answer(req, c.store, *key)) return std::move(*stale);
     }
     return from_failure(*res.failure, res.message, req.path);
   }
@@ -1087,6 +1095,41 @@ http_response api::count(const http_request& req, const captures& c) const {
       .with_header("X-Kstate-Position", position_header(res.answer->pos));
 }
 
+std::optional<http_response> api::stale_answer(const http_request& req, const std::string& store,
+                                               const std::string& key) const {
+  const auto* view = ctx_.queries->find_store(store);
+  auto res = ctx_.queries->get_stale({store, key});
+  if (!view || !res.ok()) return std::nullopt;
+  const auto& a = *res.answer;
+  int64_t pos = a.pos.begin()->second;
+  json lag = nullptr;
+  if (ctx_.high_watermark)
+    if (auto hw = ctx_.high_watermark(view->topic, a.partition)) lag = std::max<int64_t>(0, *hw - pos);
+  if (!a.value) {
+    auto r = problem(failure_reason::key_not_found, "no value for this key in this instance's stale copy", req.path);
+    auto body = json::parse(r.body);
+    body["partition"] = a.partition;
+    body["position"] = position_json(a.pos);
+    body["stale"] = true;
+    body["lag"] = lag;
+    body["served_by"] = ctx_.instance;
+    r.body = dump(body);
+    return r.with_header("X-Kstate-Position", position_header(a.pos)).with_header("X-Kstate-Stale", "true");
+  }
+  json body{{"store", store},
+            {"key", render_key(view->key_format, key)},
+            {"value", render_value(view->value_format, *a.value)},
+            {"partition", a.partition},
+            {"offset", a.offset},
+            {"position", position_json(a.pos)},
+            {"stale", true},
+            {"lag", lag},
+            {"served_by", ctx_.instance}};
+  return json_response(200, body)
+      .with_header("X-Kstate-Position", position_header(a.pos))
+      .with_header("X-Kstate-Stale", "true");
+}
+
 http_response api::key_metadata(const http_request& req, const captures& c) const {
   const auto* view = ctx_.queries->find_store(c.store);
   if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
@@ -1117,7 +1160,9 @@ http_response api::key_metadata(const http_request& req, const captures& c) cons
                              {"partition", loc->second},
                              {"partitioner", view->partitioner},
                              {"active_owner", owner},
-                             {"standbys", json::array()},
+                             {"standbys", ctx_.membership ? ingest::standbys_for(*ctx_.membership->current(), loc->first,
+                                                                                   loc->second, ctx_.standby_replicas)
+                                                          : std::vector<std::string>{}},
                              {"owned_here", here},
                              {"membership_version", version},
                              {"served_by", ctx_.instance}});
@@ -1214,7 +1259,8 @@ void api::cluster_async(const http_request& req, std::function<void(http_respons
       }
       instances.push_back(inst);
       for (const auto& [t, p] : m.partitions) {
-        json e{{"topic", t}, {"partition", p}, {"owner", m.endpoint}, {"standbys", json::array()},
+        json e{{"topic", t}, {"partition", p}, {"owner", m.endpoint},
+               {"standbys", ingest::standbys_for(*snap, t, p, ctx_.standby_replicas)},
                {"position", nullptr}, {"high_watermark", nullptr}, {"lag", nullptr}, {"ready", nullptr}};
         auto h = held.find({t, p});
         if (h != held.end())
@@ -1273,13 +1319,30 @@ void api::forward(const http_request& req, const std::string& owner, std::functi
     if (auto v = req.header(h)) pr.headers.emplace_back(h, *v);
   pr.deadline = clock_type::now() + ctx_.forward_timeout;
   auto counter = m_forwarded_;
-  ctx_.peers->send(owner, std::move(pr), [owner, path = req.path, finish, counter](result<http_response> r) {
+  // With allow_stale, a lookup whose owner does not answer falls back to a local copy.
+  std::function<std::optional<http_response>()> stale;
+  if (req.param("allow_stale") == "true" && req.segments.size() == 5) {
+    stale = [this, req]() -> std::optional<http_response> {
+      const auto* view = ctx_.queries->find_store(req.segments[2]);
+      if (!view) return std::nullopt;
+      http_response err;
+      auto fmt = key_format_of(req, *view, err);
+      if (!fmt) return std::nullopt;
+      auto key = query::decode_key(*fmt, req.segments[4]);
+      if (!key.ok()) return std::nullopt;
+      return stale_answer(req, req.segments[2], *key);
+    };
+  }
+  ctx_.peers->send(owner, std::move(pr), [owner, path = req.path, finish, counter, stale](result<http_response> r) {
     if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
-    if (r.ok()) {
+    if (r.ok() && r->status != 503) {
       http_response out = std::move(r.value());
       out.with_header("X-Kstate-Forwarded-To", owner);
       return finish(std::move(out));
     }
+    if (stale)
+      if (auto s = stale()) return finish(std::move(*s));
+    if (r.ok()) return finish(std::move(r.value()));
     finish(problem(failure_reason::not_owner, "the owner at " + owner + " did not answer: " + r.error().message(), path));
   });
 }

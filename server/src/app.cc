@@ -11,6 +11,7 @@
 #include "core/notifier.h"
 #include "ingest/membership.h"
 #include "ingest/partitioner.h"
+#include "ingest/standby.h"
 #include "server/peer_client.h"
 #include "query/freshness.h"
 #include "server/api.h"
@@ -28,6 +29,7 @@ struct app::impl {
   membership_registry membership;
   std::unique_ptr<ingest::membership_watcher> watcher;
   std::unique_ptr<peer_client> peers;
+  std::unique_ptr<ingest::standby_engine> standby;
   change_notifier notifier;
   std::atomic<bool> draining{false};
   std::unique_ptr<storage::db> db;
@@ -77,6 +79,18 @@ status app::start() {
   ctx.membership = &i.membership;
   ctx.peers = i.peers.get();
   ctx.group = i.cfg.application_id;
+  ctx.standby_replicas = i.cfg.standby_replicas;
+  auto* standby_slot = &i.standby;
+  auto* ownership = &i.ownership;
+  ctx.high_watermark = [standby_slot, ownership](const std::string& topic, int32_t p) -> std::optional<int64_t> {
+    if (auto t = ownership->topic(topic)) {
+      auto it = t->partitions.find(p);
+      if (it != t->partitions.end() && it->second.assigned && it->second.high_watermark >= 0)
+        return it->second.high_watermark;
+    }
+    if (*standby_slot) return (*standby_slot)->high_watermark(topic, p);
+    return std::nullopt;
+  };
   ctx.metrics = i.metrics.get();
   ctx.collectables.push_back(make_state_metrics(*i.db, i.cfg.views, i.ownership, i.cfg.application_id));
   ctx.instance = i.cfg.advertised_endpoint;
@@ -98,6 +112,11 @@ status app::start() {
   if (auto s = i.watcher->start(); !s.ok()) return s;
   auto* watcher = i.watcher.get();
   i.cfg.ingest.on_rebalance = [watcher] { watcher->refresh_soon(); };
+  // A partition taken over is first released by the standby copy, so the owner resumes
+  // exactly where the copy stopped.
+  i.cfg.ingest.before_assign = [standby_slot](const std::vector<std::pair<std::string, int32_t>>& parts) {
+    if (*standby_slot) (*standby_slot)->release(parts);
+  };
   i.ingest = std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(),
                                               &i.notifier);
   {
@@ -111,6 +130,12 @@ status app::start() {
     i.starting_ingest = nullptr;
   }
   if (!started.ok()) return started;
+  if (i.cfg.standby_replicas > 0) {
+    i.standby = std::make_unique<ingest::standby_engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.membership,
+                                                         i.cfg.advertised_endpoint, i.cfg.standby_replicas,
+                                                         &i.notifier);
+    if (auto s = i.standby->start(); !s.ok()) return s;
+  }
   spdlog::info("kstate serving {} store(s) on {}", i.cfg.views.size(), i.cfg.advertised_endpoint);
   return status::ok_status();
 }
@@ -156,6 +181,7 @@ void app::stop() {
   // Pending min_position waits get their 503 while connections are still open.
   if (i.waiter) i.waiter->shutdown();
   if (i.http) i.http->stop();
+  if (i.standby) i.standby->stop();
   if (i.ingest) i.ingest->stop();
   // After the engine: its rebalance hook calls the watcher until it stops.
   if (i.watcher) i.watcher->stop();

@@ -116,7 +116,9 @@ app_config parse(const YAML::Node& root) {
   app_config c;
   if (!root || root.IsNull()) fail("", "the configuration is empty");
   check_keys(root, "", {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest",
-                        "rocksdb", "kafka", "views", "query"});
+                        "rocksdb", "kafka", "views", "query", "standby_replicas"});
+  if (root["standby_replicas"])
+    c.standby_replicas = get_number<int>(root["standby_replicas"], "standby_replicas", 0, 9);
   if (!root["application_id"]) fail("application_id", "is required");
   c.application_id = get_string(root["application_id"], "application_id");
   if (!std::regex_match(c.application_id, name_pattern()))
@@ -252,7 +254,7 @@ bool is_secret(const std::string& key) {
 
 const std::set<std::string>& top_level_keys() {
   static const std::set<std::string> keys{"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint",
-                                          "http", "ingest", "rocksdb", "kafka", "views", "query"};
+                                          "http", "ingest", "rocksdb", "kafka", "views", "query", "standby_replicas"};
   return keys;
 }
 
@@ -369,6 +371,7 @@ std::string render_config(const app_config& c) {
   e << YAML::Key << "bootstrap_servers" << YAML::Value << c.bootstrap_servers;
   e << YAML::Key << "state_dir" << YAML::Value << c.state_dir;
   e << YAML::Key << "advertised_endpoint" << YAML::Value << c.advertised_endpoint;
+  e << YAML::Key << "standby_replicas" << YAML::Value << c.standby_replicas;
   e << YAML::Key << "http" << YAML::Value << YAML::BeginMap
     << YAML::Key << "listen" << YAML::Value << (c.http.listen_address + ":" + std::to_string(c.http.port))
     << YAML::Key << "threads" << YAML::Value << c.http.threads

@@ -55,6 +55,9 @@ struct ingest_config {
   // assignment changed (e.g. membership_watcher::refresh_soon). Must not block. May be
   // empty.
   std::function<void()> on_rebalance;
+  // Called with newly assigned partitions before their stored positions are read (the
+  // standby engine releases them here, so the owner resumes where the copy stopped).
+  std::function<void(const std::vector<std::pair<std::string, int32_t>>&)> before_assign;
 };
 
 struct ingest_stats {

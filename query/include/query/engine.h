@@ -139,6 +139,11 @@ class engine {
   // "absent" for a partition this instance does not hold current.
   query_result<key_answer> get(const key_query& q) const;
 
+  // The key from this instance's own copy of its partition, whoever owns it (a former
+  // owner's or a standby's copy), with the position the copy reflects; failure
+  // not_active when there is no copy here. For allow_stale reads only.
+  query_result<key_answer> get_stale(const key_query& q) const;
+
   // Many keys at once (one MultiGet, one snapshot); each must be on a partition held
   // current here.
   query_result<batch_answer> get_many(std::string_view store, const std::vector<std::string>& keys) const;

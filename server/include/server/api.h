@@ -50,6 +50,10 @@ struct api_context {
   // How long a forwarded request may take.
   std::chrono::milliseconds forward_timeout{5'000};
   std::string group;  // consumer group id (application_id)
+  int standby_replicas = 0;  // standby copies per partition (to name them in answers)
+  // High watermark of a partition as this instance last saw it (for the lag of stale
+  // answers); may be empty.
+  std::function<std::optional<int64_t>(const std::string& topic, int32_t partition)> high_watermark;
   prometheus::Registry* metrics = nullptr;  // may be null: /metrics then answers 404
   // Read at every scrape, after `metrics`.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables;

@@ -26,6 +26,10 @@ struct app_config {
   // derived from http.listen ("http://<listen address>:<port>").
   std::string advertised_endpoint;
 
+  // Standby copies kept of each partition by the instances after its owner (0-9).
+  // Default 0.
+  int standby_replicas = 0;
+
   // After SIGTERM, how long /readyz answers 503 while requests are still served, so load
   // balancers stop sending traffic before connections close. Milliseconds. Default 0.
   std::chrono::milliseconds drain_delay{0};

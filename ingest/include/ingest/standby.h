@@ -1,0 +1,62 @@
+#pragma once
+// standby_engine: keeps copies of partitions this instance does not own current, so
+// that when their owner fails the new owner (often this instance) serves at once, and
+// allow_stale reads have a recent copy.
+//
+// Which partitions: for every partition, the `replicas` members that follow its owner
+// in the group (members ordered by endpoint) keep a standby copy. The choice is read
+// from the group membership, so every instance computes the same answer.
+//
+// How: a second librdkafka consumer with plain assign (no group), applying records with
+// the same rule as the owner: one RocksDB batch holds the state changes and the
+// partition's next offset. Before the group consumer takes a partition over, it calls
+// release(), which writes what the standby holds of it and stops consuming it, so the
+// owner resumes exactly where the standby stopped.
+//
+// Threading: start() spawns one thread owning the consumer; release() and partitions()
+// may be called from any thread.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/membership.h"
+#include "core/notifier.h"
+#include "core/ownership.h"
+#include "core/status.h"
+#include "core/view.h"
+#include "ingest/engine.h"
+#include "storage/db.h"
+
+namespace kstate::ingest {
+
+// The endpoints keeping standby copies of (topic, partition): the `replicas` members
+// after its owner, members ordered by endpoint, never the owner itself.
+std::vector<std::string> standbys_for(const cluster_snapshot& group, const std::string& topic, int32_t partition,
+                                      int replicas);
+
+class standby_engine {
+ public:
+  // References must outlive the engine.
+  standby_engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, const ownership_registry& ownership,
+                 const membership_registry& membership, std::string self_endpoint, int replicas,
+                 change_notifier* notifier);
+  ~standby_engine();
+  status start();
+  void stop();
+  // Stops consuming `parts` after writing what was consumed of them. Returns when done
+  // (or after 10 s, logging why).
+  void release(const std::vector<std::pair<std::string, int32_t>>& parts);
+  // The partitions currently kept as standby copies.
+  std::vector<std::pair<std::string, int32_t>> partitions() const;
+  // The high watermark of a standby partition as its consumer last fetched it.
+  std::optional<int64_t> high_watermark(const std::string& topic, int32_t partition) const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kstate::ingest
