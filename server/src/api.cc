@@ -7,6 +7,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <charconv>
+#include <condition_variable>
 #include <nlohmann/json.hpp>
 #include <mutex>
 #include <set>
@@ -241,6 +242,14 @@ class api {
   };
   std::optional<partition_plan> plan_partitions(const view_def& view, const std::string& path,
                                                 http_response& err) const;
+  // One merged page of a range across the plan's owners, synchronously (bounded by the
+  // forwarding deadline): for streaming scans, which pull page by page.
+  struct gathered_page {
+    std::vector<page_entry> entries;
+    bool more = false;
+  };
+  result<gathered_page> gather_page(const http_request& req, const view_def& view, const query::range_query& q,
+                                    const partition_plan& plan, uint32_t limit) const;
   // A range page in the API's shape from entries already in order.
   http_response range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries, bool more,
                            const position& pos) const;
@@ -574,6 +583,37 @@ class scan_body final : public body_source {
   std::vector<query::range_entry> batch_;
 };
 
+// NDJSON body of a scan whose partitions live on several instances: pages of 256 keys,
+// each gathered from every owner (a local range plus one request per other owner) and
+// merged, pulled only when the previous page is on the wire. A pull waits for the owners
+// at most the forwarding deadline; an owner that fails ends the stream early (the client
+// sees it truncated, without the final chunk). Holds one of the scan slots while alive.
+class cluster_scan_body final : public body_source {
+ public:
+  cluster_scan_body(const api* a, http_request req, const view_def& v, query::range_query q, api::partition_plan plan,
+                    std::atomic<uint32_t>& slots)
+      : api_(a), req_(std::move(req)), view_(v), q_(std::move(q)), plan_(std::move(plan)), slots_(slots) {}
+  ~cluster_scan_body() override { --slots_; }
+  bool next(std::string& out) override {
+    auto page = api_->gather_page(req_, view_, q_, plan_, 256);
+    if (!page.ok()) throw std::runtime_error("cluster scan: " + page.error().to_string());
+    for (auto& [raw, j] : page->entries) {
+      out += dump(j);
+      out += '\n';
+    }
+    if (!page->entries.empty()) q_.after = page->entries.back().first;
+    return page->more && !page->entries.empty();
+  }
+
+ private:
+  const api* api_;
+  http_request req_;
+  const view_def& view_;
+  query::range_query q_;
+  api::partition_plan plan_;
+  std::atomic<uint32_t>& slots_;
+};
+
 enum class media { json, ndjson, none };
 
 media negotiate(const http_request& req, bool ndjson_ok) {
@@ -658,6 +698,19 @@ http_response api::range(const http_request& req, const captures& c) const {
       return problem(failure_reason::scan_capacity, "too many scans in progress; retry shortly", req.path);
     }
     auto opened = ctx_.queries->open_range(q);
+    if (!opened.ok() && opened.failure == query::failure_reason::not_active && !req.header(hop_header) &&
+        ctx_.membership && ctx_.peers) {
+      http_response err;
+      auto plan = plan_partitions(*view, req.path, err);
+      if (!plan) {
+        --open_scans_;
+        return err;
+      }
+      http_response r;
+      r.content_type = "application/x-ndjson";
+      r.stream = std::make_shared<cluster_scan_body>(this, req, *view, q, std::move(*plan), open_scans_);
+      return r;
+    }
     if (!opened.ok()) {
       --open_scans_;
       return from_failure(*opened.failure, opened.message, req.path);
@@ -767,6 +820,77 @@ struct peer_gather {
     return --pending == 0;
   }
 };
+
+result<api::gathered_page> api::gather_page(const http_request& req, const view_def& view,
+                                            const query::range_query& base, const partition_plan& plan,
+                                            uint32_t limit) const {
+  gathered_page page;
+  if (!plan.local.empty()) {
+    auto q = base;
+    q.partitions = plan.local;
+    auto res = ctx_.queries->range(q, limit);
+    if (!res.ok()) return unavailable(res.message);
+    for (const auto& e : res.answer->entries)
+      page.entries.emplace_back(e.key, json{{"key", render_key(view.key_format, e.key)},
+                                            {"value", render_value(view.value_format, e.value)},
+                                            {"partition", e.partition},
+                                            {"offset", e.offset}});
+    page.more = res.answer->more;
+  }
+  struct wait_state {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t pending = 0;
+    std::vector<result<http_response>> answers;
+  };
+  auto w = std::make_shared<wait_state>();
+  w->pending = plan.remote.size();
+  for (const auto& [endpoint, parts] : plan.remote) {
+    std::string target = req.path + "?";
+    for (const auto& [k, v] : req.query)
+      if (k != "cursor" && k != "limit") target += query_escape(k) + "=" + query_escape(v) + "&";
+    std::string list;
+    for (auto p : parts) list += (list.empty() ? "" : ",") + std::to_string(p);
+    target += "limit=" + std::to_string(limit) + "&partitions=" + list;
+    if (base.after) target += "&after=" + query::base64url_encode(*base.after);
+    peer_request pr;
+    pr.target = target;
+    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}, {"Accept", "application/json"}};
+    pr.deadline = clock_type::now() + ctx_.forward_timeout;
+    ctx_.peers->send(endpoint, std::move(pr), [w](result<http_response> r) {
+      std::lock_guard lock(w->mu);
+      w->answers.push_back(std::move(r));
+      if (--w->pending == 0) w->cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(w->mu);
+    if (!w->cv.wait_for(lock, ctx_.forward_timeout + std::chrono::seconds(1), [&] { return w->pending == 0; }))
+      return status(status_code::deadline_exceeded, "owners did not answer in time");
+  }
+  for (auto& r : w->answers) {
+    if (!r.ok()) return r.error();
+    if (r->status != 200) return unavailable("an owner answered " + std::to_string(r->status));
+    auto body = json::parse(r->body, nullptr, false);
+    if (!body.is_object() || !body.contains("data")) return internal_error("bad answer from an owner");
+    for (auto& e : body["data"]) {
+      auto raw = query::base64url_decode(e.value("raw_key", std::string()));
+      if (!raw.ok()) continue;
+      e.erase("raw_key");
+      page.entries.emplace_back(std::move(*raw), std::move(e));
+    }
+    if (!body["metadata"]["next"].is_null()) page.more = true;
+  }
+  bool descending = base.descending;
+  std::sort(page.entries.begin(), page.entries.end(), [descending](const page_entry& a, const page_entry& b) {
+    return descending ? b.first < a.first : a.first < b.first;
+  });
+  if (page.entries.size() > limit) {
+    page.entries.resize(limit);
+    page.more = true;
+  }
+  return page;
+}
 
 void api::count_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
   const auto* view = ctx_.queries->find_store(c.store);

@@ -164,6 +164,23 @@ TEST_CASE("two instances: keys, ranges, counts and batches through either instan
     CHECK(got_missing == want_missing);
   }
 
+  // NDJSON scans through either instance stream every key once, in order.
+  for (auto* via : {&a, &b}) {
+    http_client rc(via->port());
+    auto scan = rc.get("/v1/stores/s/keys", {{"Accept", "application/x-ndjson"}});
+    REQUIRE(scan);
+    REQUIRE_MESSAGE(scan->status == 200, scan->body);
+    std::vector<std::string> got;
+    std::istringstream in(scan->body);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto e = json::parse(line);
+      got.push_back(e["key"].get<std::string>());
+      CHECK(e["value"] == json::parse(model.at(got.back())));
+    }
+    CHECK_MESSAGE(got == sorted, "NDJSON via " << via->port() << ": " << got.size() << " keys");
+  }
+
   // The internal parameters are refused from clients.
   {
     http_client rc(a.port());
