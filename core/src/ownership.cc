@@ -15,7 +15,7 @@ void ownership_registry::assign(const std::vector<assignment>& added) {
     p.catch_up_target = a.catch_up_target;
     p.ready = a.ready;
     p.high_watermark = a.catch_up_target;
-    p.applied = -1;
+    p.applied = a.applied;
   }
   joined_ = true;
   ++generation_;

@@ -240,7 +240,7 @@ struct engine::impl {
         if (werr) log()->warn("watermarks of {}-{}: {}", topic, p.partition, rd_kafka_err2str(werr));
         int64_t at = resume.value_or(0);
         applied[{topic, p.partition}] = at;
-        added.push_back({topic, p.partition, high, high >= 0 && (at >= high || high == low)});
+        added.push_back({topic, p.partition, high, high >= 0 && (at >= high || high == low), at});
         log()->info("assigned {}-{}: resuming at {}, catching up to {}", topic, p.partition,
                     resume ? std::to_string(*resume) : std::string("beginning"), high);
       }

@@ -78,8 +78,15 @@ query_result<key_answer> engine::get(const key_query& q) const {
   int32_t partition = part_fn->second(q.key, count);
   if (auto f = require_partition<key_answer>(*view, partition)) return *f;
 
-  auto got = db_.get(*vid, partition, q.key);
+  return read_key(*vid, partition, q.key, false);
+}
+
+query_result<key_answer> engine::read_key(storage::view_id view, int32_t partition, std::string_view key,
+                                          bool need_copy) const {
+  using R = query_result<key_answer>;
+  auto got = db_.get(view, partition, key);
   if (!got.ok()) return R::fail(failure_reason::store_exception, got.error().to_string());
+  if (need_copy && !got->position) return R::fail(failure_reason::not_active, "no copy of this partition here");
   key_answer a;
   if (got->value) {
     auto f = unframe_value(*got->value);
@@ -97,19 +104,7 @@ query_result<key_answer> engine::get_stale(const key_query& q) const {
   auto loc = locate(q.store, q.key);
   if (!loc) return R::fail(failure_reason::not_up_to_date, "partition count not known yet");
   auto vid = db_.find_view(find_store(q.store)->name);
-  auto got = db_.get(*vid, loc->second, q.key);
-  if (!got.ok()) return R::fail(failure_reason::store_exception, got.error().to_string());
-  if (!got->position) return R::fail(failure_reason::not_active, "no copy of this partition here");
-  key_answer a;
-  if (got->value) {
-    auto f = unframe_value(*got->value);
-    if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
-    a.value = std::string(f->value);
-    a.offset = f->offset;
-  }
-  a.partition = loc->second;
-  a.pos[loc->second] = *got->position;
-  return R::success(std::move(a));
+  return read_key(*vid, loc->second, q.key, true);
 }
 
 query_result<batch_answer> engine::get_many(std::string_view store, const std::vector<std::string>& keys) const {

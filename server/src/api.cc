@@ -178,6 +178,8 @@ struct captures {
 
 // One entry of a range page: its serialized key (the merge order) and its JSON.
 using page_entry = std::pair<std::string, json>;
+bool merge_range_part(json& body, std::vector<page_entry>& entries, position* pos);
+void sort_page(std::vector<page_entry>& entries, bool descending);
 
 // Marks a request forwarded by another instance; its value is the hop count.
 constexpr const char* hop_header = "X-Kstate-Hop";
@@ -250,6 +252,15 @@ class api {
   };
   result<gathered_page> gather_page(const http_request& req, const view_def& view, const query::range_query& q,
                                     const partition_plan& plan, uint32_t limit) const;
+  // A request to another instance on behalf of `req`: never forwarded again (hop
+  // header), same request id, the forwarding deadline.
+  peer_request part_request(const http_request& req) const;
+  // The target asking an owner for its partitions' part of the range in `req`.
+  static std::string range_part_target(const http_request& req, uint32_t limit, const std::vector<int32_t>& parts,
+                                       const std::optional<std::string>& after);
+  // Sends a part request; its answer goes into `g`, and the last answer calls `complete`.
+  void send_part(const std::string& endpoint, peer_request pr, std::shared_ptr<struct peer_gather> g,
+                 std::function<void()> complete) const;
   // A range page in the API's shape from entries already in order.
   http_response range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries, bool more,
                            const position& pos) const;
@@ -846,17 +857,9 @@ result<api::gathered_page> api::gather_page(const http_request& req, const view_
   auto w = std::make_shared<wait_state>();
   w->pending = plan.remote.size();
   for (const auto& [endpoint, parts] : plan.remote) {
-    std::string target = req.path + "?";
-    for (const auto& [k, v] : req.query)
-      if (k != "cursor" && k != "limit") target += query_escape(k) + "=" + query_escape(v) + "&";
-    std::string list;
-    for (auto p : parts) list += (list.empty() ? "" : ",") + std::to_string(p);
-    target += "limit=" + std::to_string(limit) + "&partitions=" + list;
-    if (base.after) target += "&after=" + query::base64url_encode(*base.after);
-    peer_request pr;
-    pr.target = target;
-    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}, {"Accept", "application/json"}};
-    pr.deadline = clock_type::now() + ctx_.forward_timeout;
+    auto pr = part_request(req);
+    pr.target = range_part_target(req, limit, parts, base.after);
+    pr.headers.emplace_back("Accept", "application/json");
     ctx_.peers->send(endpoint, std::move(pr), [w](result<http_response> r) {
       std::lock_guard lock(w->mu);
       w->answers.push_back(std::move(r));
@@ -864,6 +867,7 @@ result<api::gathered_page> api::gather_page(const http_request& req, const view_
     });
   }
   {
+    // A bounded wait on an I/O thread: a scan page needs every owner's part.
     std::unique_lock lock(w->mu);
     if (!w->cv.wait_for(lock, ctx_.forward_timeout + std::chrono::seconds(1), [&] { return w->pending == 0; }))
       return status(status_code::deadline_exceeded, "owners did not answer in time");
@@ -873,23 +877,65 @@ result<api::gathered_page> api::gather_page(const http_request& req, const view_
     if (r->status != 200) return unavailable("an owner answered " + std::to_string(r->status));
     auto body = json::parse(r->body, nullptr, false);
     if (!body.is_object() || !body.contains("data")) return internal_error("bad answer from an owner");
-    for (auto& e : body["data"]) {
-      auto raw = query::base64url_decode(e.value("raw_key", std::string()));
-      if (!raw.ok()) continue;
-      e.erase("raw_key");
-      page.entries.emplace_back(std::move(*raw), std::move(e));
-    }
-    if (!body["metadata"]["next"].is_null()) page.more = true;
+    page.more = merge_range_part(body, page.entries, nullptr) || page.more;
   }
-  bool descending = base.descending;
-  std::sort(page.entries.begin(), page.entries.end(), [descending](const page_entry& a, const page_entry& b) {
-    return descending ? b.first < a.first : a.first < b.first;
-  });
+  sort_page(page.entries, base.descending);
   if (page.entries.size() > limit) {
     page.entries.resize(limit);
     page.more = true;
   }
   return page;
+}
+
+// Adds a range part's entries (keys decoded from raw_key) and positions; true when the
+// part had more entries than it returned.
+bool merge_range_part(json& body, std::vector<page_entry>& entries, position* pos) {
+  if (!body.contains("data")) return false;
+  for (auto& e : body["data"]) {
+    auto raw = query::base64url_decode(e.value("raw_key", std::string()));
+    if (!raw.ok()) continue;
+    e.erase("raw_key");
+    entries.emplace_back(std::move(*raw), std::move(e));
+  }
+  if (pos)
+    for (auto& [p, off] : body["metadata"]["position"].items()) (*pos)[std::stoi(p)] = off.get<int64_t>();
+  return !body["metadata"]["next"].is_null();
+}
+
+// Orders merged parts by serialized key: each part is in order, the page is their merge.
+void sort_page(std::vector<page_entry>& entries, bool descending) {
+  std::sort(entries.begin(), entries.end(), [descending](const page_entry& a, const page_entry& b) {
+    return descending ? b.first < a.first : a.first < b.first;
+  });
+}
+
+peer_request api::part_request(const http_request& req) const {
+  peer_request pr;
+  pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
+  pr.deadline = clock_type::now() + ctx_.forward_timeout;
+  return pr;
+}
+
+std::string api::range_part_target(const http_request& req, uint32_t limit, const std::vector<int32_t>& parts,
+                                   const std::optional<std::string>& after) {
+  std::string target = req.path + "?";
+  for (const auto& [k, v] : req.query)
+    if (k != "cursor" && k != "limit") target += query_escape(k) + "=" + query_escape(v) + "&";
+  std::string list;
+  for (auto p : parts) list += (list.empty() ? "" : ",") + std::to_string(p);
+  target += "limit=" + std::to_string(limit) + "&partitions=" + list;
+  if (after) target += "&after=" + query::base64url_encode(*after);
+  return target;
+}
+
+void api::send_part(const std::string& endpoint, peer_request pr, std::shared_ptr<peer_gather> g,
+                    std::function<void()> complete) const {
+  auto counter = m_forwarded_;
+  ctx_.peers->send(endpoint, std::move(pr),
+                   [g, endpoint, path = pr.target, complete, counter](result<http_response> r) mutable {
+                     if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
+                     if (g->add(endpoint, r, path)) complete();
+                   });
 }
 
 void api::count_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
@@ -929,15 +975,9 @@ void api::count_scatter(const http_request& req, const captures& c, std::functio
   for (const auto& [endpoint, parts] : plan->remote) {
     std::string list;
     for (auto p : parts) list += (list.empty() ? "" : ",") + std::to_string(p);
-    peer_request pr;
+    auto pr = part_request(req);
     pr.target = req.path + "?partitions=" + list;
-    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
-    pr.deadline = clock_type::now() + ctx_.forward_timeout;
-    auto counter = m_forwarded_;
-    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, path = req.path, complete, counter](result<http_response> r) mutable {
-      if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
-      if (g->add(endpoint, r, path)) complete();
-    });
+    send_part(endpoint, std::move(pr), g, complete);
   }
 }
 
@@ -1002,120 +1042,57 @@ void api::batch_scatter(const http_request& req, const captures& c, std::functio
   for (const auto& [endpoint, idx] : remote) {
     json body{{"keys", json::array()}, {"key_format", b.key_format}};
     for (auto i : idx) body["keys"].push_back(b.texts[i]);
-    peer_request pr;
+    auto pr = part_request(req);
     pr.method = "POST";
     pr.target = req.path;
     pr.body = body.dump();
-    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}, {"Content-Type", "application/json"}};
-    pr.deadline = clock_type::now() + ctx_.forward_timeout;
-    auto counter = m_forwarded_;
-    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, path = req.path, complete, counter](result<http_response> r) mutable {
-      if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
-      if (g->add(endpoint, r, path)) complete();
-    });
+    pr.headers.emplace_back("Content-Type", "application/json");
+    send_part(endpoint, std::move(pr), g, complete);
   }
 }
 
 void api::range_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
-  const auto& plan = *c.scatter_range;
+  const auto& sc = *c.scatter_range;
   const auto* view = ctx_.queries->find_store(c.store);
-  auto snap = ctx_.membership->current();
-  int32_t count = ctx_.ownership->partition_count(view->topic);
-  std::vector<int32_t> local;
-  std::map<std::string, std::vector<int32_t>> remote;
-  for (int32_t p = 0; p < count; ++p) {
-    if (ctx_.ownership->serves(view->topic, p)) {
-      local.push_back(p);
-      continue;
-    }
-    auto owner = snap->owner(view->topic, p);
-    if (!owner || *owner == ctx_.instance)
-      return finish(problem(failure_reason::not_owner,
-                            "partition " + std::to_string(p) + " of '" + view->topic +
-                                "' has no owner that can answer yet (the group is rebalancing or restoring)",
-                            req.path));
-    remote[*owner].push_back(p);
-  }
-  struct gather {
-    std::mutex mu;
-    size_t pending = 0;
-    std::vector<page_entry> entries;
-    bool more = false;
-    position pos;
-    std::optional<http_response> failure;
-  };
-  auto g = std::make_shared<gather>();
-  if (!local.empty()) {
-    auto q = plan.q;
-    q.partitions = local;
-    auto res = ctx_.queries->range(q, plan.limit);
+  http_response err;
+  auto plan = plan_partitions(*view, req.path, err);
+  if (!plan) return finish(std::move(err));
+  // The partitions held here are read now; every other owner is asked once, in parallel.
+  std::vector<page_entry> entries;
+  bool more = false;
+  position pos;
+  if (!plan->local.empty()) {
+    auto q = sc.q;
+    q.partitions = plan->local;
+    auto res = ctx_.queries->range(q, sc.limit);
     if (!res.ok()) return finish(from_failure(*res.failure, res.message, req.path));
     for (const auto& e : res.answer->entries)
-      g->entries.emplace_back(e.key, json{{"key", render_key(view->key_format, e.key)},
-                                          {"value", render_value(view->value_format, e.value)},
-                                          {"partition", e.partition},
-                                          {"offset", e.offset}});
-    g->more = res.answer->more;
-    g->pos = res.answer->pos;
+      entries.emplace_back(e.key, json{{"key", render_key(view->key_format, e.key)},
+                                       {"value", render_value(view->value_format, e.value)},
+                                       {"partition", e.partition},
+                                       {"offset", e.offset}});
+    more = res.answer->more;
+    pos = res.answer->pos;
   }
-  bool descending = plan.q.descending;
-  auto fp = plan.fingerprint;
-  auto limit = plan.limit;
-  auto complete = [this, g, req, fp, limit, descending, finish]() {
+  auto g = std::make_shared<peer_gather>();
+  auto complete = [this, g, req, fp = sc.fingerprint, limit = sc.limit, descending = sc.q.descending,
+                   entries = std::move(entries), more, pos, finish]() mutable {
     if (g->failure) return finish(std::move(*g->failure));
-    // Each part is in order; merged, the first `limit` are the page.
-    std::sort(g->entries.begin(), g->entries.end(), [descending](const page_entry& a, const page_entry& b) {
-      return descending ? b.first < a.first : a.first < b.first;
-    });
-    bool more = g->more || g->entries.size() > limit;
-    if (g->entries.size() > limit) g->entries.resize(limit);
-    finish(range_page(req, fp, std::move(g->entries), more, g->pos));
+    for (auto& [endpoint, body] : g->answers) more = merge_range_part(body, entries, &pos) || more;
+    sort_page(entries, descending);
+    if (entries.size() > limit) {
+      entries.resize(limit);
+      more = true;
+    }
+    finish(range_page(req, fp, std::move(entries), more, pos));
   };
-  if (remote.empty()) return complete();
-  g->pending = remote.size();
-  for (const auto& [endpoint, parts] : remote) {
-    std::string target = req.path + "?";
-    for (const auto& [k, v] : req.query)
-      if (k != "cursor" && k != "limit") target += query_escape(k) + "=" + query_escape(v) + "&";
-    std::string list;
-    for (auto p : parts) list += (list.empty() ? "" : ",") + std::to_string(p);
-    target += "limit=" + std::to_string(limit) + "&partitions=" + list;
-    if (plan.q.after) target += "&after=" + query::base64url_encode(*plan.q.after);
-    peer_request pr;
-    pr.target = target;
-    pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}, {"Accept", "application/json"}};
-    pr.deadline = clock_type::now() + ctx_.forward_timeout;
-    auto counter = m_forwarded_;
-    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, path = req.path, complete, counter](result<http_response> r) {
-      if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
-      bool last;
-      {
-        std::lock_guard lock(g->mu);
-        if (!r.ok()) {
-          if (!g->failure)
-            g->failure = problem(failure_reason::not_owner,
-                                 "the owner at " + endpoint + " did not answer: " + r.error().message(), path);
-        } else if (r->status != 200) {
-          if (!g->failure) g->failure = std::move(r.value());
-        } else {
-          auto body = json::parse(r->body, nullptr, false);
-          if (!body.is_object() || !body.contains("data")) {
-            if (!g->failure) g->failure = problem(failure_reason::internal, "bad answer from " + endpoint, path);
-          } else {
-            for (auto& e : body["data"]) {
-              auto raw = query::base64url_decode(e.value("raw_key", std::string()));
-              if (!raw.ok()) continue;
-              e.erase("raw_key");
-              g->entries.emplace_back(std::move(*raw), std::move(e));
-            }
-            if (!body["metadata"]["next"].is_null()) g->more = true;
-            for (auto& [p, off] : body["metadata"]["position"].items()) g->pos[std::stoi(p)] = off.get<int64_t>();
-          }
-        }
-        last = --g->pending == 0;
-      }
-      if (last) complete();
-    });
+  if (plan->remote.empty()) return complete();
+  g->pending = plan->remote.size();
+  for (const auto& [endpoint, parts] : plan->remote) {
+    auto pr = part_request(req);
+    pr.target = range_part_target(req, sc.limit, parts, sc.q.after);
+    pr.headers.emplace_back("Accept", "application/json");
+    send_part(endpoint, std::move(pr), g, complete);
   }
 }
 

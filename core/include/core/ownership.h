@@ -39,6 +39,7 @@ class ownership_registry {
     int32_t partition;
     int64_t catch_up_target;
     bool ready;  // already caught up when assigned
+    int64_t applied = -1;  // the position it resumes from (-1: unknown)
   };
   // Records a rebalance's new partitions in one step (readers never see half of it)
   // and marks the instance joined.
