@@ -1,20 +1,10 @@
 #include "server/http.h"
 
-#include <algorithm>
-#include <cctype>
-#include <string_view>
+#include "http_syntax.h"
+
 
 namespace kstate::server {
-namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
-           return std::tolower(x) == std::tolower(y);
-         });
-}
-
-}  // namespace
+using http_syntax::iequals;
 
 std::optional<std::string> http_request::header(std::string_view name) const {
   // Names are stored lower-cased by the server, but a request built by hand (tests,

@@ -19,6 +19,8 @@
 
 #include "server/http_server.h"
 
+#include "http_syntax.h"
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -114,25 +116,10 @@ bool sane_request_id(std::string_view id) {
   });
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
-           return std::tolower(x) == std::tolower(y);
-         });
-}
-
-// RFC 9110 token characters; header names from handlers must be made of these.
-bool valid_header_name(std::string_view n) {
-  if (n.empty()) return false;
-  return std::all_of(n.begin(), n.end(), [](unsigned char c) {
-    return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-  });
-}
-
-// A CR or LF in a value would let a handler echoing client input split the response.
-bool valid_header_value(std::string_view v) {
-  return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
-}
+using http_syntax::iequals;
+using http_syntax::valid_header_value;
+// Header names from handlers must be tokens.
+inline bool valid_header_name(std::string_view n) { return http_syntax::is_token(n); }
 
 // Headers the server owns because they frame the message; a handler setting them
 // would desynchronise the connection.

@@ -28,6 +28,8 @@
 
 #include "server/peer_client.h"
 
+#include "http_syntax.h"
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -77,24 +79,9 @@ const std::shared_ptr<spdlog::logger>& log() {
   return l;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
-           return std::tolower(x) == std::tolower(y);
-         });
-}
-
-bool is_token(std::string_view s) {
-  if (s.empty()) return false;
-  return std::all_of(s.begin(), s.end(), [](unsigned char c) {
-    return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-  });
-}
-
-// A CR or LF would let a forwarded value split our request into two.
-bool valid_header_value(std::string_view v) {
-  return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
-}
+using http_syntax::iequals;
+using http_syntax::is_token;
+using http_syntax::valid_header_value;
 
 bool valid_target(std::string_view t) {
   if (t.empty() || t.front() != '/') return false;

@@ -1,0 +1,32 @@
+#pragma once
+// HTTP/1.1 syntax checks shared by the server (http_server.cc), the forwarding client
+// (peer_client.cc) and the request helpers (http.cc). Internal to the http library.
+
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+
+namespace kstate::server::http_syntax {
+
+// ASCII case-insensitive equality (header names).
+inline bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+           return std::tolower(x) == std::tolower(y);
+         });
+}
+
+// RFC 9110 token: what a header name (or method) must be made of.
+inline bool is_token(std::string_view s) {
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+  });
+}
+
+// A CR, LF or NUL in a header value would let a value that came from a client split
+// the message it is written into.
+inline bool valid_header_value(std::string_view v) {
+  return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+}  // namespace kstate::server::http_syntax
