@@ -267,6 +267,10 @@ class api {
 
  private:
   json store_json(const view_def& v) const;
+  // The serialized key a request names: its store must exist and the key text must
+  // decode in the request's key_format. nullopt after filling `err` (404 or 400).
+  std::optional<std::string> request_key(const http_request& req, const std::string& store, const std::string& text,
+                                         const view_def*& view, http_response& err) const;
   // The request's key_format (or the store's default); nullopt after filling `err`.
   std::optional<query::key_format> key_format_of(const http_request& req, const view_def& v,
                                                  http_response& err) const;
@@ -517,14 +521,29 @@ std::optional<query::key_format> api::key_format_of(const http_request& req, con
   return f;
 }
 
-http_response api::get_key(const http_request& req, const captures& c) const {
-  const auto* view = ctx_.queries->find_store(c.store);
-  if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
-  http_response err;
+std::optional<std::string> api::request_key(const http_request& req, const std::string& store,
+                                            const std::string& text, const view_def*& view,
+                                            http_response& err) const {
+  view = ctx_.queries->find_store(store);
+  if (!view) {
+    err = problem(failure_reason::unknown_store, "no store named '" + store + "'", req.path);
+    return std::nullopt;
+  }
   auto fmt = key_format_of(req, *view, err);
-  if (!fmt) return err;
-  auto key = query::decode_key(*fmt, c.key);
-  if (!key.ok()) return problem(failure_reason::bad_key_encoding, key.error().message(), req.path);
+  if (!fmt) return std::nullopt;
+  auto key = query::decode_key(*fmt, text);
+  if (!key.ok()) {
+    err = problem(failure_reason::bad_key_encoding, key.error().message(), req.path);
+    return std::nullopt;
+  }
+  return std::move(*key);
+}
+
+http_response api::get_key(const http_request& req, const captures& c) const {
+  const view_def* view = nullptr;
+  http_response err;
+  auto key = request_key(req, c.store, c.key, view, err);
+  if (!key) return err;
   auto res = ctx_.queries->get({c.store, *key});
   if (!res.ok()) {
     if (res.failure == query::failure_reason::not_active && ctx_.membership && ctx_.peers) {
@@ -1232,13 +1251,10 @@ std::optional<http_response> api::stale_answer(const http_request& req, const st
 }
 
 http_response api::key_metadata(const http_request& req, const captures& c) const {
-  const auto* view = ctx_.queries->find_store(c.store);
-  if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
+  const view_def* view = nullptr;
   http_response err;
-  auto fmt = key_format_of(req, *view, err);
-  if (!fmt) return err;
-  auto key = query::decode_key(*fmt, c.key);
-  if (!key.ok()) return problem(failure_reason::bad_key_encoding, key.error().message(), req.path);
+  auto key = request_key(req, c.store, c.key, view, err);
+  if (!key) return err;
   auto loc = ctx_.queries->locate(c.store, *key);
   if (!loc) return problem(failure_reason::not_caught_up, "partition count of '" + view->topic + "' not known yet", req.path);
   json owner = nullptr;
@@ -1424,13 +1440,10 @@ void api::forward(const http_request& req, const std::string& owner, std::functi
   std::function<std::optional<http_response>()> stale;
   if (req.param("allow_stale") == "true" && req.segments.size() == 5) {
     stale = [this, req]() -> std::optional<http_response> {
-      const auto* view = ctx_.queries->find_store(req.segments[2]);
-      if (!view) return std::nullopt;
+      const view_def* view = nullptr;
       http_response err;
-      auto fmt = key_format_of(req, *view, err);
-      if (!fmt) return std::nullopt;
-      auto key = query::decode_key(*fmt, req.segments[4]);
-      if (!key.ok()) return std::nullopt;
+      auto key = request_key(req, req.segments[2], req.segments[4], view, err);
+      if (!key) return std::nullopt;
       return stale_answer(req, req.segments[2], *key);
     };
   }
