@@ -16,21 +16,18 @@ namespace {
 // Waits until /v1/cluster on `ks` reports a Stable group of `members` instances that
 // together own every partition, each instance ready.
 json wait_for_cluster(kstate_process& ks, size_t members, int partitions) {
-  http_client c(ks.port());
   for (int i = 0; i < 600; ++i) {
-    auto a = c.get("/v1/cluster");
-    if (a && a->status == 200) {
-      auto j = a->body_json();
-      bool ok = j["group_state"] == "Stable" && j["instances"].size() == members &&
-                j["partitions"].size() == static_cast<size_t>(partitions);
-      for (const auto& inst : j["instances"]) ok = ok && inst["ready"] == true;
-      if (ok) return j;
+    if (cluster_settled(ks.port(), members, partitions)) {
+      auto a = http_client(ks.port()).get("/v1/cluster");
+      REQUIRE(a);
+      return a->body_json();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   FAIL("the group did not settle; see " << ks.log_path());
   return {};
 }
+
 }  // namespace
 
 TEST_CASE("two instances: keys, ranges, counts and batches through either instance equal the model; one hop at most") {

@@ -59,17 +59,6 @@ bool all_keys_correct(uint16_t port, int keys) {
   return true;
 }
 
-bool settled(uint16_t port, size_t members) {
-  http_client c(port);
-  auto a = c.get("/v1/cluster");
-  if (!a || a->status != 200) return false;
-  auto j = a->body_json();
-  if (j["group_state"] != "Stable" || j["instances"].size() != members || j["partitions"].size() != 6) return false;
-  for (const auto& inst : j["instances"])
-    if (inst["ready"] != true) return false;
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("3 instances, kill -9 one, add a fourth, under read load: answers are correct or 503, never wrong") {
@@ -88,8 +77,8 @@ TEST_CASE("3 instances, kill -9 one, add a fourth, under read load: answers are 
   b.start();
   c.start();
   for (auto* ks : {&a, &b, &c}) ks->wait_ready();
-  for (int i = 0; i < 600 && !settled(a.port(), 3); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  REQUIRE(settled(a.port(), 3));
+  for (int i = 0; i < 600 && !cluster_settled(a.port(), 3, 6); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(cluster_settled(a.port(), 3, 6));
 
   // Every key through every instance, and the whole range through one.
   for (auto* ks : {&a, &b, &c}) CHECK_MESSAGE(all_keys_correct(ks->port(), keys), "via " << ks->port());
@@ -124,7 +113,7 @@ TEST_CASE("3 instances, kill -9 one, add a fourth, under read load: answers are 
   bool recovered = false;
   for (int i = 0; i < 120 && !recovered; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    recovered = settled(a.port(), 2) && all_keys_correct(a.port(), keys);
+    recovered = cluster_settled(a.port(), 2, 6) && all_keys_correct(a.port(), keys);
   }
   auto recovery_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   CHECK(recovered);
@@ -136,7 +125,7 @@ TEST_CASE("3 instances, kill -9 one, add a fourth, under read load: answers are 
   bool joined = false;
   for (int i = 0; i < 600 && !joined; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    joined = settled(a.port(), 3);
+    joined = cluster_settled(a.port(), 3, 6);
   }
   CHECK(joined);
   CHECK(all_keys_correct(d.port(), keys));

@@ -11,18 +11,6 @@
 
 using namespace kstate::testing;
 
-namespace {
-bool settled(uint16_t port, size_t members) {
-  http_client c(port);
-  auto a = c.get("/v1/cluster");
-  if (!a || a->status != 200) return false;
-  auto j = a->body_json();
-  if (j["group_state"] != "Stable" || j["instances"].size() != members) return false;
-  for (const auto& inst : j["instances"])
-    if (inst["ready"] != true) return false;
-  return true;
-}
-}  // namespace
 
 TEST_CASE("standby copies answer allow_stale reads while the owner is down, and make fail-over read nothing again") {
   const int keys = 20'000;
@@ -40,8 +28,8 @@ TEST_CASE("standby copies answer allow_stale reads while the owner is down, and 
   b.start();
   a.wait_ready();
   b.wait_ready();
-  for (int i = 0; i < 600 && !settled(a.port(), 2); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  REQUIRE(settled(a.port(), 2));
+  for (int i = 0; i < 600 && !cluster_settled(a.port(), 2); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(cluster_settled(a.port(), 2));
   std::string eb = "http://127.0.0.1:" + std::to_string(b.port());
 
   // Keys owned by B, and the metadata naming A as their standby.
@@ -95,7 +83,7 @@ TEST_CASE("standby copies answer allow_stale reads while the owner is down, and 
   bool all = false;
   for (int i = 0; i < 300 && !all; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    all = settled(a.port(), 1);
+    all = cluster_settled(a.port(), 1);
   }
   REQUIRE(all);
   for (int k : owned_by_b) {

@@ -442,6 +442,18 @@ int64_t kstate_process::position_sum(const std::string& store) {
   return sum;
 }
 
+bool cluster_settled(uint16_t port, size_t members, int partitions) {
+  http_client c(port);
+  auto a = c.get("/v1/cluster");
+  if (!a || a->status != 200) return false;
+  auto j = a->body_json();
+  if (j["group_state"] != "Stable" || j["instances"].size() != members) return false;
+  if (partitions >= 0 && j["partitions"].size() != static_cast<size_t>(partitions)) return false;
+  for (const auto& inst : j["instances"])
+    if (inst["ready"] != true) return false;
+  return true;
+}
+
 void apply_record(table_model& m, const produced& r) {
   if (!r.key) return;
   if (r.value) m[*r.key] = *r.value;

@@ -140,6 +140,10 @@ class kstate_process {
   std::vector<std::string> args_;
 };
 
+// True when /v1/cluster on `port` reports a Stable group of `members` instances, each
+// ready, owning `partitions` partitions in all (any number when negative).
+bool cluster_settled(uint16_t port, size_t members, int partitions = -1);
+
 // Model of a table view: last write wins, a tombstone deletes.
 using table_model = std::map<std::string, std::string>;
 void apply_record(table_model& m, const produced& r);
