@@ -78,6 +78,11 @@ struct engine::impl {
   // Next offset applied per owned partition: what is committed to the group.
   std::map<std::pair<std::string, int32_t>, int64_t> applied;
   std::atomic<uint64_t> dlq_failures{0};
+  // The first authentication failure librdkafka reported (wrong SASL password, a
+  // certificate the broker refused): start() gives up on it instead of retrying until
+  // startup_timeout, since retrying cannot fix credentials.
+  std::mutex auth_mu;
+  std::string auth_error;  // guarded by auth_mu
 
   // Metrics (owned by the registry; null when no registry was given).
   prometheus::Family<prometheus::Counter>* m_consumed = nullptr;
@@ -113,7 +118,36 @@ struct engine::impl {
     if (auto s = set_prop(conf, "bootstrap.servers", cfg.bootstrap_servers); !s.ok()) return s;
     if (auto s = set_prop(conf, "client.id", cfg.client_id); !s.ok()) return s;
     rd_kafka_conf_set_log_cb(conf, rdkafka_log);
+    rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int err, const char* reason, void* opaque) {
+      static_cast<impl*>(opaque)->on_error(static_cast<rd_kafka_resp_err_t>(err), reason);
+    });
     return status::ok_status();
+  }
+
+  void on_error(rd_kafka_resp_err_t err, const char* reason) {
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION || err == RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED ||
+        err == RD_KAFKA_RESP_ERR__SSL) {
+      std::lock_guard lock(auth_mu);
+      if (auth_error.empty()) auth_error = reason ? reason : rd_kafka_err2str(err);
+      log()->error("Kafka authentication failed: {}", reason ? reason : rd_kafka_err2str(err));
+      return;
+    }
+    log()->debug("librdkafka error: {}: {}", rd_kafka_err2str(err), reason ? reason : "");
+  }
+
+  // Serves the handle's queued events (error callbacks) without consuming: before
+  // subscribe the consumer queue holds only errors and logs.
+  std::string poll_auth_error(rd_kafka_t* rk) {
+    if (rd_kafka_type(rk) == RD_KAFKA_CONSUMER) {
+      while (rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 0)) {
+        if (m->err) on_error(m->err, rd_kafka_message_errstr(m));
+        rd_kafka_message_destroy(m);
+      }
+    } else {
+      rd_kafka_poll(rk, 0);
+    }
+    std::lock_guard lock(auth_mu);
+    return auth_error;
   }
 
   status create_consumer() {
@@ -186,6 +220,9 @@ struct engine::impl {
     rd_kafka_resp_err_t err;
     while ((err = rd_kafka_metadata(rk, 1, nullptr, &md, 1000)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
       if (aborting) return unavailable("start aborted");
+      if (auto auth = poll_auth_error(rk); !auth.empty())
+        return invalid_argument("Kafka at " + cfg.bootstrap_servers + " refused the credentials (check kafka: " +
+                                 "sasl.username / sasl.password / ssl.*): " + auth);
       if (std::chrono::steady_clock::now() > deadline)
         return unavailable(std::string("cannot reach Kafka at ") + cfg.bootstrap_servers + ": " + rd_kafka_err2str(err));
       log()->warn("metadata request failed ({}), retrying", rd_kafka_err2str(err));

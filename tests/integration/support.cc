@@ -413,6 +413,21 @@ int kstate_process::terminate() {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+int kstate_process::wait_exit(std::chrono::seconds timeout) {
+  if (pid_ <= 0) return -1;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int st = 0;
+  while (::waitpid(pid_, &st, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill9();
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pid_ = -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 double kstate_process::metric_sum(const std::string& name) {
   http_client c(port_);
   auto a = c.get("/metrics");
@@ -442,9 +457,11 @@ int64_t kstate_process::position_sum(const std::string& store) {
   return sum;
 }
 
-bool cluster_settled(uint16_t port, size_t members, int partitions) {
+bool cluster_settled(uint16_t port, size_t members, int partitions, const std::string& authorization) {
   http_client c(port);
-  auto a = c.get("/v1/cluster");
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!authorization.empty()) headers.emplace_back("Authorization", authorization);
+  auto a = c.get("/v1/cluster", headers);
   if (!a || a->status != 200) return false;
   auto j = a->body_json();
   if (j["group_state"] != "Stable" || j["instances"].size() != members) return false;

@@ -120,6 +120,9 @@ class kstate_process {
   void kill9();
   // SIGTERM and wait; returns the exit status.
   int terminate();
+  // Waits (at most `timeout`) for the process to exit on its own; returns its exit
+  // status, or -1 when it was still running (it is then killed).
+  int wait_exit(std::chrono::seconds timeout = std::chrono::seconds(60));
   bool running() const { return pid_ > 0; }
   uint16_t port() const { return port_; }
   // Extra command-line arguments for the next start().
@@ -142,7 +145,8 @@ class kstate_process {
 
 // True when /v1/cluster on `port` reports a Stable group of `members` instances, each
 // ready, owning `partitions` partitions in all (any number when negative).
-bool cluster_settled(uint16_t port, size_t members, int partitions = -1);
+// `authorization` is sent as the Authorization header when not empty.
+bool cluster_settled(uint16_t port, size_t members, int partitions = -1, const std::string& authorization = {});
 
 // Model of a table view: last write wins, a tombstone deletes.
 using table_model = std::map<std::string, std::string>;
