@@ -3,15 +3,19 @@
 
 #include <malloc.h>
 #include <signal.h>
+#include <termios.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <iostream>
+#include <optional>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <thread>
 
 #include "server/app.h"
+#include "server/auth.h"
 #include "server/config.h"
 
 extern char** environ;
@@ -50,6 +54,32 @@ class json_formatter final : public spdlog::formatter {
   std::unique_ptr<spdlog::formatter> clone() const override { return std::make_unique<json_formatter>(); }
 };
 
+// The token to hash: the first line of standard input, or, on a terminal, typed at a
+// prompt without echo. Never a command-line argument: those end up in shell history
+// and in every user's `ps`.
+std::optional<std::string> read_token() {
+  const bool tty = ::isatty(STDIN_FILENO);
+  termios saved{};
+  if (tty) {
+    std::cerr << "Token: " << std::flush;
+    if (::tcgetattr(STDIN_FILENO, &saved) == 0) {
+      termios quiet = saved;
+      quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+      ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
+    }
+  }
+  std::string line;
+  const bool got = static_cast<bool>(std::getline(std::cin, line));
+  if (tty) {
+    ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
+    std::cerr << "\n";
+  }
+  if (!got && line.empty()) return std::nullopt;
+  while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
+  if (line.empty()) return std::nullopt;
+  return line;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,7 +108,28 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   cli.add_option("--log-format", log_format, "text|json (JSON lines)")->check(CLI::IsMember({"text", "json"}));
   cli.add_flag("--version", version, "print the version and exit");
+  auto* token_cmd = cli.add_subcommand("token", "bearer tokens for auth.token_file (docs/security.md)");
+  token_cmd->require_subcommand(1);
+  auto* token_hash = token_cmd->add_subcommand(
+      "hash", "print the SHA-256 of a token read from standard input (or typed at a prompt), for the token file");
+  auto* token_new = token_cmd->add_subcommand("new", "print a new random token and, on standard error, its SHA-256");
   CLI11_PARSE(cli, argc, argv);
+
+  if (*token_hash) {
+    auto token = read_token();
+    if (!token) {
+      std::cerr << "kstate: token hash: no token on standard input\n";
+      return 2;
+    }
+    std::cout << kstate::server::sha256_hex(*token) << "\n";
+    return 0;
+  }
+  if (*token_new) {
+    auto token = kstate::server::random_token();
+    std::cout << token << "\n";
+    std::cerr << "sha256: " << kstate::server::sha256_hex(token) << "\n";
+    return 0;
+  }
 
   if (version) {
     std::cout << "kstate " << KSTATE_VERSION << "\n";

@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 #include <mutex>
 #include <set>
+#include <spdlog/spdlog.h>
 #include <sstream>
 
 #include "core/utf8.h"
 #include "query/cursor.h"
 #include "query/key_format.h"
 #include "ingest/standby.h"
+#include "server/auth.h"
 #include "server/peer_client.h"
 #include "server/problem.h"
 #include "server/ui.h"
@@ -155,6 +157,8 @@ std::string query_escape(std::string_view s) {
 
 struct captures {
   std::string store, key;
+  // The caller, when authentication is on (set before the route runs).
+  std::shared_ptr<const principal> who;
   // Set by a handler that found the answer lives on another instance: the request is
   // then forwarded there (once; a forwarded request is never forwarded again).
   mutable std::string forward_to;
@@ -184,6 +188,24 @@ void sort_page(std::vector<page_entry>& entries, bool descending);
 // Marks a request forwarded by another instance; its value is the hop count.
 constexpr const char* hop_header = "X-Kstate-Hop";
 
+// A request sent to another instance on a caller's behalf carries the caller's
+// credentials unchanged, so the owner checks the same scopes again: forwarding never
+// lets a caller read more than asking the owner directly would.
+void carry_identity(const http_request& req, peer_request& pr) {
+  if (auto a = req.header("authorization")) pr.headers.emplace_back("Authorization", *a);
+}
+
+// What a route needs from the caller when a token file is configured. A route that
+// says nothing needs the store scope of its {store}: a new route is closed until
+// someone decides otherwise.
+enum class access {
+  open,       // anyone: health probes and the API description
+  any_token,  // any valid token; the answer shows only what its scopes cover
+  store,      // a token whose stores scope covers the {store} in the path
+  cluster,    // a token with the cluster scope
+  metrics,    // a token with the metrics scope, unless auth.metrics is "open"
+};
+
 class api;
 using route_fn = http_response (api::*)(const http_request&, const captures&) const;
 
@@ -193,6 +215,7 @@ struct route {
   std::set<std::string> params;      // allowed query parameters
   bool waits;                        // takes min_position / timeout_ms
   route_fn fn;
+  access need = access::store;
   std::string path_template() const {
     std::string s;
     for (const auto& p : pattern) s += "/" + p;
@@ -205,6 +228,8 @@ class api {
   explicit api(api_context ctx);
   void handle(const http_request& req, http_responder reply);
   static const std::vector<route>& routes();
+  // 401 or 403 when the caller may not use route `r`; sets `c.who` otherwise.
+  std::optional<http_response> authorize(const http_request& req, const route& r, captures& c) const;
 
   http_response livez(const http_request&, const captures&) const {
     return json_response(200, {{"status", "ok"}});
@@ -284,11 +309,11 @@ class api {
 
 const std::vector<route>& api::routes() {
   static const std::vector<route> r = {
-      {"GET", {"livez"}, {}, false, &api::livez},
-      {"GET", {"readyz"}, {}, false, &api::readyz},
-      {"GET", {"metrics"}, {}, false, &api::metrics},
-      {"GET", {"openapi.json"}, {}, false, &api::openapi},
-      {"GET", {"v1", "stores"}, {}, false, &api::list_stores},
+      {"GET", {"livez"}, {}, false, &api::livez, access::open},
+      {"GET", {"readyz"}, {}, false, &api::readyz, access::open},
+      {"GET", {"metrics"}, {}, false, &api::metrics, access::metrics},
+      {"GET", {"openapi.json"}, {}, false, &api::openapi, access::open},
+      {"GET", {"v1", "stores"}, {}, false, &api::list_stores, access::any_token},
       {"GET", {"v1", "stores", "{store}"}, {}, false, &api::describe_store},
       {"GET", {"v1", "stores", "{store}", "keys", "{key}"}, {"key_format", "min_position", "timeout_ms", "allow_stale"},
        true, &api::get_key},
@@ -302,7 +327,7 @@ const std::vector<route>& api::routes() {
        &api::batch_get},
       {"GET", {"v1", "stores", "{store}", "count"}, {"min_position", "timeout_ms", "partitions"}, true, &api::count},
       {"GET", {"v1", "stores", "{store}", "keys", "{key}", "metadata"}, {"key_format"}, false, &api::key_metadata},
-      {"GET", {"v1", "cluster"}, {"scope"}, false, &api::cluster},
+      {"GET", {"v1", "cluster"}, {"scope"}, false, &api::cluster, access::cluster},
   };
   return r;
 }
@@ -369,6 +394,8 @@ void api::handle(const http_request& req, http_responder reply) {
                         .with_header("Allow", allow));
     return finish(problem(failure_reason::route_not_found, "no route for " + req.method + " " + req.path, req.path));
   }
+  if (ctx_.auth)
+    if (auto denied = authorize(req, *found, caps)) return finish(std::move(*denied));
   for (const auto& [k, v] : req.query) {
     if (!found->params.count(k))
       return finish(problem(failure_reason::unknown_parameter, "unknown query parameter '" + k + "'", req.path));
@@ -430,6 +457,42 @@ void api::handle(const http_request& req, http_responder reply) {
                     });
 }
 
+std::optional<http_response> api::authorize(const http_request& req, const route& r, captures& c) const {
+  if (r.need == access::open || (r.need == access::metrics && ctx_.open_metrics)) return std::nullopt;
+  c.who = ctx_.auth->authenticate(req.header("authorization"));
+  if (!c.who) {
+    const bool presented = req.header("authorization").has_value();
+    return problem(failure_reason::unauthenticated,
+                   presented ? "the bearer token is not valid" : "this route needs an Authorization: Bearer token",
+                   req.path)
+        .with_header("WWW-Authenticate",
+                     presented ? "Bearer realm=\"kstate\", error=\"invalid_token\"" : "Bearer realm=\"kstate\"");
+  }
+  bool allowed = false;
+  std::string what;
+  switch (r.need) {
+    case access::open:
+    case access::any_token: allowed = true; break;
+    case access::store:
+      allowed = c.who->scopes.store_allowed(c.store);
+      what = "store '" + c.store + "'";
+      break;
+    case access::cluster:
+      allowed = c.who->scopes.cluster;
+      what = "cluster metadata";
+      break;
+    case access::metrics:
+      allowed = c.who->scopes.metrics;
+      what = "metrics";
+      break;
+  }
+  if (allowed) return std::nullopt;
+  // The token's name (never the token) says whose request was refused.
+  spdlog::debug("request {}: token '{}' may not read {}", req.request_id, c.who->name, what);
+  return problem(failure_reason::forbidden, "this token may not read " + what, req.path)
+      .with_header("WWW-Authenticate", "Bearer realm=\"kstate\", error=\"insufficient_scope\"");
+}
+
 http_response api::readyz(const http_request&, const captures&) const {
   bool draining = ctx_.draining && ctx_.draining->load();
   bool ready = !draining && ctx_.ownership->all_ready();
@@ -479,9 +542,10 @@ json api::store_json(const view_def& v) const {
           {"partitions", ctx_.ownership->partition_count(v.topic)}};
 }
 
-http_response api::list_stores(const http_request&, const captures&) const {
+http_response api::list_stores(const http_request&, const captures& c) const {
   json data = json::array();
-  for (const auto& v : ctx_.queries->views()) data.push_back(store_json(v));
+  for (const auto& v : ctx_.queries->views())
+    if (!c.who || c.who->scopes.store_allowed(v.name)) data.push_back(store_json(v));
   return json_response(200, {{"data", data}, {"served_by", ctx_.instance}});
 }
 
@@ -931,6 +995,7 @@ void sort_page(std::vector<page_entry>& entries, bool descending) {
 peer_request api::part_request(const http_request& req) const {
   peer_request pr;
   pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
+  carry_identity(req, pr);
   pr.deadline = clock_type::now() + ctx_.forward_timeout;
   return pr;
 }
@@ -1404,6 +1469,7 @@ void api::cluster_async(const http_request& req, std::function<void(http_respons
     peer_request pr;
     pr.target = "/v1/cluster?scope=local";
     pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
+    carry_identity(req, pr);
     pr.deadline = clock_type::now() + ctx_.forward_timeout;
     ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, complete](result<http_response> r) {
       json v;
@@ -1434,6 +1500,7 @@ void api::forward(const http_request& req, const std::string& owner, std::functi
   pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
   for (const char* h : {"accept", "content-type", "x-kstate-min-position"})
     if (auto v = req.header(h)) pr.headers.emplace_back(h, *v);
+  carry_identity(req, pr);
   pr.deadline = clock_type::now() + ctx_.forward_timeout;
   auto counter = m_forwarded_;
   // With allow_stale, a lookup whose owner does not answer falls back to a local copy.

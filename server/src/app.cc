@@ -3,7 +3,13 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -12,6 +18,7 @@
 #include "ingest/membership.h"
 #include "ingest/partitioner.h"
 #include "ingest/standby.h"
+#include "server/auth.h"
 #include "server/peer_client.h"
 #include "query/freshness.h"
 #include "server/api.h"
@@ -21,6 +28,31 @@
 #include "storage/db.h"
 
 namespace kstate::server {
+
+status secure_state_dir(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    auto parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+      return io_error("state_dir '" + path + "': cannot create: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return io_error("state_dir '" + path + "': " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return invalid_argument("state_dir '" + path + "' is not a directory");
+  if (st.st_uid != ::geteuid())
+    return invalid_argument("state_dir '" + path + "' is owned by uid " + std::to_string(st.st_uid) +
+                            ", not by this user (uid " + std::to_string(::geteuid()) +
+                            "); refusing to use state another user controls");
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return invalid_argument("state_dir '" + path + "' is writable by " +
+                            ((st.st_mode & S_IWOTH) ? "other users" : "its group") + " (mode " + mode +
+                            "); refusing to start. Fix: chmod 700 '" + path + "'");
+  }
+  return status::ok_status();
+}
 
 struct app::impl {
   app_config cfg;
@@ -65,6 +97,14 @@ status app::start() {
     if (!p) return invalid_argument("views." + v.name + ".partitioner: unknown partitioner '" + v.partitioner + "'");
     partitioners[v.name] = *p;
   }
+  if (auto s = secure_state_dir(i.cfg.rocksdb.path); !s.ok()) return s;
+  std::shared_ptr<token_authenticator> auth;
+  if (!i.cfg.auth.token_file.empty()) {
+    auto a = token_authenticator::from_file(i.cfg.auth.token_file);
+    if (!a.ok()) return invalid_argument("auth.token_file: " + a.error().message());
+    auth = std::move(a.value());
+    spdlog::info("bearer tokens required: {} token(s) from {}", auth->size(), i.cfg.auth.token_file);
+  }
   auto opened = storage::db::open(i.cfg.rocksdb, names);
   if (!opened.ok()) return opened.error();
   i.db = std::move(opened.value());
@@ -98,6 +138,8 @@ status app::start() {
   ctx.openapi_json = std::string(openapi_json());
   ctx.limits = i.cfg.query;
   ctx.ui_dir = i.cfg.ui_dir;
+  ctx.auth = std::move(auth);
+  ctx.open_metrics = i.cfg.auth.open_metrics;
   // The server is created after the context that reports its connections.
   auto* http_slot = &i.http;
   ctx.open_connections = [http_slot] { return *http_slot ? (*http_slot)->open_connections() : size_t{0}; };

@@ -116,7 +116,7 @@ app_config parse(const YAML::Node& root) {
   app_config c;
   if (!root || root.IsNull()) fail("", "the configuration is empty");
   check_keys(root, "", {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest",
-                        "rocksdb", "kafka", "views", "query", "standby_replicas"});
+                        "rocksdb", "kafka", "views", "query", "standby_replicas", "auth"});
   if (root["standby_replicas"])
     c.standby_replicas = get_number<int>(root["standby_replicas"], "standby_replicas", 0, 9);
   if (!root["application_id"]) fail("application_id", "is required");
@@ -146,6 +146,15 @@ app_config parse(const YAML::Node& root) {
       c.http.read_timeout = std::chrono::milliseconds(get_number<int64_t>(h["read_timeout_ms"], "http.read_timeout_ms", 10, 3'600'000));
     if (h["shutdown_grace_ms"])
       c.http.shutdown_grace = std::chrono::milliseconds(get_number<int64_t>(h["shutdown_grace_ms"], "http.shutdown_grace_ms", 0, 600'000));
+  }
+  if (auto a = root["auth"]) {
+    check_keys(a, "auth", {"token_file", "metrics"});
+    if (a["token_file"]) c.auth.token_file = get_string(a["token_file"], "auth.token_file");
+    if (a["metrics"]) {
+      auto m = get_string(a["metrics"], "auth.metrics");
+      if (m != "open" && m != "token") fail("auth.metrics", "must be one of: open, token (got '" + m + "')");
+      c.auth.open_metrics = m == "open";
+    }
   }
   if (auto i = root["ingest"]) {
     check_keys(i, "ingest", {"max_batch_records", "max_batch_delay_ms", "commit_interval_ms", "startup_timeout_ms", "client_id"});
@@ -254,7 +263,8 @@ bool is_secret(const std::string& key) {
 
 const std::set<std::string>& top_level_keys() {
   static const std::set<std::string> keys{"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint",
-                                          "http", "ingest", "rocksdb", "kafka", "views", "query", "standby_replicas"};
+                                          "http", "ingest", "rocksdb", "kafka", "views", "query", "standby_replicas",
+                                          "auth"};
   return keys;
 }
 
@@ -382,6 +392,11 @@ std::string render_config(const app_config& c) {
     << YAML::Key << "shutdown_grace_ms" << YAML::Value << c.http.shutdown_grace.count()
     << YAML::Key << "ui_dir" << YAML::Value << c.ui_dir
     << YAML::Key << "drain_delay_ms" << YAML::Value << c.drain_delay.count() << YAML::EndMap;
+  if (!c.auth.token_file.empty()) {
+    e << YAML::Key << "auth" << YAML::Value << YAML::BeginMap
+      << YAML::Key << "token_file" << YAML::Value << c.auth.token_file
+      << YAML::Key << "metrics" << YAML::Value << (c.auth.open_metrics ? "open" : "token") << YAML::EndMap;
+  }
   e << YAML::Key << "query" << YAML::Value << YAML::BeginMap
     << YAML::Key << "default_limit" << YAML::Value << c.query.default_limit
     << YAML::Key << "max_limit" << YAML::Value << c.query.max_limit

@@ -40,6 +40,8 @@ constexpr row table[] = {
     {failure_reason::shutting_down, "shutting_down", {503, 50303, "Server shutting down"}},
     {failure_reason::position_not_reached, "position_not_reached", {503, 50304, "Position not reached"}},
     {failure_reason::scan_capacity, "scan_capacity", {503, 50305, "Too many scans"}},
+    {failure_reason::unauthenticated, "unauthenticated", {401, 40101, "Unauthenticated"}},
+    {failure_reason::forbidden, "forbidden", {403, 40301, "Forbidden"}},
 };
 
 constexpr std::size_t internal_row = 17;

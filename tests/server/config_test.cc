@@ -181,3 +181,25 @@ TEST_CASE("override and kafka property errors name the key") {
     CHECK(c.error().message().find(r.expected) != std::string::npos);
   }
 }
+
+TEST_CASE("auth: token file and metrics access are read; a bad metrics value names the key") {
+  auto c = parse_config(std::string(minimal) + "auth: {token_file: /etc/kstate/tokens.yaml, metrics: open}\n");
+  REQUIRE(c.ok());
+  CHECK(c->auth.token_file == "/etc/kstate/tokens.yaml");
+  CHECK(c->auth.open_metrics);
+  auto d = parse_config(minimal);
+  REQUIRE(d.ok());
+  CHECK(d->auth.token_file.empty());
+  CHECK_FALSE(d->auth.open_metrics);
+  auto bad = parse_config(std::string(minimal) + "auth: {metrics: public}\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("auth.metrics: must be one of: open, token") != std::string::npos);
+  auto unknown = parse_config(std::string(minimal) + "auth: {tokens: x}\n");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().message().find("auth.tokens: unknown key") != std::string::npos);
+  // The rendering keeps the auth section.
+  auto again = parse_config(render_config(*c));
+  REQUIRE(again.ok());
+  CHECK(again->auth.token_file == "/etc/kstate/tokens.yaml");
+  CHECK(again->auth.open_metrics);
+}

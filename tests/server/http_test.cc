@@ -175,9 +175,11 @@ TEST_CASE("problem: every failure_reason maps to its status, error_code and body
       {failure_reason::shutting_down, "shutting_down", 503, 3},
       {failure_reason::position_not_reached, "position_not_reached", 503, 4},
       {failure_reason::scan_capacity, "scan_capacity", 503, 5},
+      {failure_reason::unauthenticated, "unauthenticated", 401, 1},
+      {failure_reason::forbidden, "forbidden", 403, 1},
   };
-  // Every enumerator is in the table above: scan_capacity is the last one.
-  CHECK(std::size(rows) == static_cast<std::size_t>(failure_reason::scan_capacity) + 1);
+  // Every enumerator is in the table above: forbidden is the last one.
+  CHECK(std::size(rows) == static_cast<std::size_t>(failure_reason::forbidden) + 1);
 
   for (const auto& row : rows) {
     CAPTURE(row.name);

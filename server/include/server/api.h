@@ -21,6 +21,7 @@ namespace prometheus { class Registry; class Collectable; }
 namespace kstate::server {
 
 class peer_client;
+class token_authenticator;
 
 struct api_config {
   // Entries per range page when the request gives no limit. Default 100.
@@ -63,6 +64,10 @@ struct api_context {
   const std::atomic<bool>* draining = nullptr;  // true once shutdown began: /readyz 503
   std::string openapi_json;                 // served at /openapi.json
   std::string ui_dir;                       // built dashboard served at /ui/; empty: none
+  // Bearer-token authentication and scopes (null: every route open). /livez, /readyz,
+  // /openapi.json and /ui/ stay open; /metrics is open when `open_metrics`.
+  std::shared_ptr<const token_authenticator> auth;
+  bool open_metrics = false;
   api_config limits;
 };
 

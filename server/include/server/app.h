@@ -14,6 +14,12 @@
 
 namespace kstate::server {
 
+// Checks that a state directory is safe to use, creating it (mode 0700, parents as
+// needed) when it does not exist: it must be a directory owned by this user and not
+// writable by group or others (another user could otherwise plant or swap the files
+// kstate trusts). The error says what is wrong and how to fix it. app::start() calls it.
+status secure_state_dir(const std::string& path);
+
 class app {
  public:
   static result<std::unique_ptr<app>> create(app_config cfg);

@@ -15,6 +15,16 @@
 
 namespace kstate::server {
 
+// Who may read what over HTTP (docs/security.md).
+struct auth_config {
+  // Token file (hashes and scopes, see server/auth.h). Empty: no authentication, every
+  // route is open. Re-read when it changes.
+  std::string token_file;
+  // /metrics open to anyone (true) or only to tokens with the metrics scope (false).
+  // Default false. Without a token file /metrics is always open.
+  bool open_metrics = false;
+};
+
 struct app_config {
   // Consumer group id, and prefix of the topics kstate creates. Required.
   std::string application_id;
@@ -38,6 +48,7 @@ struct app_config {
   std::string ui_dir;
 
   http_config http;
+  auth_config auth;
   api_config query;
   ingest::ingest_config ingest;
   storage::db_options rocksdb;

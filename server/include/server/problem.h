@@ -35,6 +35,8 @@ enum class failure_reason {
   shutting_down,        // 503, 50303
   position_not_reached, // 503, 50304  (min_position not applied within timeout_ms)
   scan_capacity,        // 503, 50305  (too many streaming scans at once)
+  unauthenticated,      // 401, 40101  (no bearer token, or one the token file does not know)
+  forbidden,            // 403, 40301  (a valid token without the scope the route needs)
 };
 
 struct failure_info {
