@@ -19,6 +19,7 @@
 #include "ingest/partitioner.h"
 #include "ingest/standby.h"
 #include "server/auth.h"
+#include "server/cors.h"
 #include "server/peer_client.h"
 #include "query/freshness.h"
 #include "server/api.h"
@@ -54,6 +55,10 @@ status secure_state_dir(const std::string& path) {
   return status::ok_status();
 }
 
+namespace {
+std::string scheme_of(const app_config& c) { return c.http.tls.enabled() ? "https://" : "http://"; }
+}  // namespace
+
 struct app::impl {
   app_config cfg;
   std::shared_ptr<prometheus::Registry> metrics = std::make_shared<prometheus::Registry>();
@@ -83,7 +88,7 @@ result<std::unique_ptr<app>> app::create(app_config cfg) {
   auto i = std::make_unique<impl>();
   i->cfg = std::move(cfg);
   if (i->cfg.advertised_endpoint.empty())
-    i->cfg.advertised_endpoint = "http://" + i->cfg.http.listen_address + ":" + std::to_string(i->cfg.http.port);
+    i->cfg.advertised_endpoint = scheme_of(i->cfg) + i->cfg.http.listen_address + ":" + std::to_string(i->cfg.http.port);
   return std::unique_ptr<app>(new app(std::move(i)));
 }
 
@@ -115,7 +120,15 @@ status app::start() {
   ctx.queries = i.queries.get();
   ctx.waiter = i.waiter.get();
   ctx.ownership = &i.ownership;
-  i.peers = std::make_unique<peer_client>(peer_client_config{});
+  peer_client_config peer_cfg;
+  if (i.cfg.http.tls.enabled()) {
+    // Instances verify each other like any client would, and present their own
+    // certificate to peers that require client certificates.
+    peer_cfg.tls_ca_file = !i.cfg.peer_ca_file.empty() ? i.cfg.peer_ca_file : i.cfg.http.tls.client_ca_file;
+    peer_cfg.tls_cert_file = i.cfg.http.tls.cert_file;
+    peer_cfg.tls_key_file = i.cfg.http.tls.key_file;
+  }
+  i.peers = std::make_unique<peer_client>(peer_cfg);
   ctx.membership = &i.membership;
   ctx.peers = i.peers.get();
   ctx.group = i.cfg.application_id;
@@ -143,10 +156,10 @@ status app::start() {
   // The server is created after the context that reports its connections.
   auto* http_slot = &i.http;
   ctx.open_connections = [http_slot] { return *http_slot ? (*http_slot)->open_connections() : size_t{0}; };
-  i.http = std::make_unique<http_server>(i.cfg.http, make_api_handler(std::move(ctx)));
+  i.http = std::make_unique<http_server>(i.cfg.http, with_cors(i.cfg.cors, make_api_handler(std::move(ctx))));
   if (auto s = i.http->start(); !s.ok()) return s;
   if (i.cfg.http.port == 0)  // report the port actually bound
-    i.cfg.advertised_endpoint = "http://" + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());
+    i.cfg.advertised_endpoint = scheme_of(i.cfg) + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());
 
   // The group description names each member's endpoint; a rebalance refreshes it.
   i.cfg.ingest.advertised_endpoint = i.cfg.advertised_endpoint;

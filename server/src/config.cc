@@ -84,6 +84,37 @@ void parse_store_options(const YAML::Node& r, const std::string& where, storage:
   }
 }
 
+void parse_tls(const YAML::Node& t, app_config& c) {
+  check_keys(t, "http.tls", {"cert_file", "key_file", "client_ca_file", "peer_ca_file"});
+  auto& tls = c.http.tls;
+  if (t["cert_file"]) tls.cert_file = get_string(t["cert_file"], "http.tls.cert_file");
+  if (t["key_file"]) tls.key_file = get_string(t["key_file"], "http.tls.key_file");
+  if (t["client_ca_file"]) tls.client_ca_file = get_string(t["client_ca_file"], "http.tls.client_ca_file");
+  if (t["peer_ca_file"]) c.peer_ca_file = get_string(t["peer_ca_file"], "http.tls.peer_ca_file");
+  if (tls.cert_file.empty() != tls.key_file.empty())
+    fail(tls.cert_file.empty() ? "http.tls.cert_file" : "http.tls.key_file",
+         "is required when http.tls." + std::string(tls.cert_file.empty() ? "key_file" : "cert_file") + " is set");
+  if (!tls.enabled() && (!tls.client_ca_file.empty() || !c.peer_ca_file.empty()))
+    fail("http.tls", "client_ca_file and peer_ca_file need cert_file and key_file (TLS on)");
+}
+
+void parse_cors(const YAML::Node& n, cors_config& cors) {
+  check_keys(n, "http.cors", {"allowed_origins", "max_age_s"});
+  if (auto o = n["allowed_origins"]) {
+    if (!o.IsSequence()) fail("http.cors.allowed_origins", "must be a list of origins");
+    static const std::regex origin("https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?");
+    for (size_t i = 0; i < o.size(); ++i) {
+      auto key = "http.cors.allowed_origins[" + std::to_string(i) + "]";
+      auto v = get_string(o[i], key);
+      if (v == "*") fail(key, "'*' is not allowed: list each origin (tokens are credentials)");
+      if (!std::regex_match(v, origin))
+        fail(key, "must be an origin: scheme://host[:port] without a path (got '" + v + "')");
+      cors.allowed_origins.push_back(v);
+    }
+  }
+  if (n["max_age_s"]) cors.max_age_s = get_number<int>(n["max_age_s"], "http.cors.max_age_s", 0, 86'400);
+}
+
 view_def parse_view(const YAML::Node& n, const std::string& where) {
   check_keys(n, where, {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic"});
   view_def v;
@@ -130,7 +161,9 @@ app_config parse(const YAML::Node& root) {
 
   if (auto h = root["http"]) {
     check_keys(h, "http", {"listen", "threads", "max_header_bytes", "max_body_bytes", "max_target_bytes",
-                           "read_timeout_ms", "shutdown_grace_ms", "ui_dir", "drain_delay_ms"});
+                           "read_timeout_ms", "shutdown_grace_ms", "ui_dir", "drain_delay_ms", "tls", "cors"});
+    if (auto t = h["tls"]) parse_tls(t, c);
+    if (auto o = h["cors"]) parse_cors(o, c.cors);
     if (h["drain_delay_ms"])
       c.drain_delay = std::chrono::milliseconds(get_number<int64_t>(h["drain_delay_ms"], "http.drain_delay_ms", 0, 600'000));
     if (h["ui_dir"]) c.ui_dir = get_string(h["ui_dir"], "http.ui_dir");
@@ -250,6 +283,15 @@ app_config parse(const YAML::Node& root) {
   for (const auto& [name, o] : c.rocksdb.per_store)
     if (!names.count(name)) fail("rocksdb.stores." + name, "names no configured view");
 
+  // A port is plain or TLS, never both: the endpoint other instances and clients use
+  // must say which.
+  if (!c.advertised_endpoint.empty()) {
+    const bool https = c.advertised_endpoint.rfind("https://", 0) == 0;
+    if (c.http.tls.enabled() && !https)
+      fail("advertised_endpoint", "must start with https:// when http.tls is set (got '" + c.advertised_endpoint + "')");
+    if (!c.http.tls.enabled() && https)
+      fail("advertised_endpoint", "https:// needs http.tls.cert_file and key_file (got '" + c.advertised_endpoint + "')");
+  }
   c.ingest.bootstrap_servers = c.bootstrap_servers;
   c.ingest.application_id = c.application_id;
   c.rocksdb.path = c.state_dir;
@@ -391,7 +433,22 @@ std::string render_config(const app_config& c) {
     << YAML::Key << "read_timeout_ms" << YAML::Value << c.http.read_timeout.count()
     << YAML::Key << "shutdown_grace_ms" << YAML::Value << c.http.shutdown_grace.count()
     << YAML::Key << "ui_dir" << YAML::Value << c.ui_dir
-    << YAML::Key << "drain_delay_ms" << YAML::Value << c.drain_delay.count() << YAML::EndMap;
+    << YAML::Key << "drain_delay_ms" << YAML::Value << c.drain_delay.count();
+  if (c.http.tls.enabled()) {
+    e << YAML::Key << "tls" << YAML::Value << YAML::BeginMap
+      << YAML::Key << "cert_file" << YAML::Value << c.http.tls.cert_file
+      << YAML::Key << "key_file" << YAML::Value << c.http.tls.key_file;
+    if (!c.http.tls.client_ca_file.empty()) e << YAML::Key << "client_ca_file" << YAML::Value << c.http.tls.client_ca_file;
+    if (!c.peer_ca_file.empty()) e << YAML::Key << "peer_ca_file" << YAML::Value << c.peer_ca_file;
+    e << YAML::EndMap;
+  }
+  if (!c.cors.allowed_origins.empty()) {
+    e << YAML::Key << "cors" << YAML::Value << YAML::BeginMap << YAML::Key << "allowed_origins" << YAML::Value
+      << YAML::BeginSeq;
+    for (const auto& o : c.cors.allowed_origins) e << o;
+    e << YAML::EndSeq << YAML::Key << "max_age_s" << YAML::Value << c.cors.max_age_s << YAML::EndMap;
+  }
+  e << YAML::EndMap;
   if (!c.auth.token_file.empty()) {
     e << YAML::Key << "auth" << YAML::Value << YAML::BeginMap
       << YAML::Key << "token_file" << YAML::Value << c.auth.token_file

@@ -26,10 +26,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -59,7 +62,7 @@ namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
-class session;
+class session_base;
 
 // The "http" logger: shared with an embedding application that registered one, else a
 // clone of the default logger (same sinks and format).
@@ -92,8 +95,11 @@ struct shared_state {
   std::atomic<bool> draining{false};
 
   std::mutex mu;
-  std::condition_variable sessions_done;                          // signalled when `sessions` empties
-  std::unordered_map<session*, std::weak_ptr<session>> sessions;  // guarded by mu
+  std::condition_variable sessions_done;                                    // signalled when `sessions` empties
+  std::unordered_map<session_base*, std::weak_ptr<session_base>> sessions;  // guarded by mu
+
+  // Set by start() when the port speaks TLS; immutable afterwards.
+  std::unique_ptr<net::ssl::context> tls;
 
   // Generated request ids: a random per-server prefix plus a counter, so ids from
   // several instances behind one load balancer do not collide.
@@ -166,7 +172,7 @@ bool bodyless_status(unsigned status) { return status < 200 || status == 204 || 
 // Thread-safe: touched from the handler's threads and from stop().
 class reply_state {
  public:
-  reply_state(std::shared_ptr<session> s, std::string request_id, std::string instance)
+  reply_state(std::shared_ptr<session_base> s, std::string request_id, std::string instance)
       : target_(std::move(s)), request_id_(std::move(request_id)), instance_(std::move(instance)) {}
   reply_state(const reply_state&) = delete;
   reply_state& operator=(const reply_state&) = delete;
@@ -187,7 +193,7 @@ class reply_state {
 
   // Drops the session reference; a later complete() is silently ignored.
   void abandon() {
-    std::shared_ptr<session> drop;
+    std::shared_ptr<session_base> drop;
     std::lock_guard lk(mu_);
     drop = std::move(target_);
     done_ = true;
@@ -200,9 +206,19 @@ class reply_state {
  private:
   std::mutex mu_;
   bool done_ = false;                // guarded by mu_
-  std::shared_ptr<session> target_;  // guarded by mu_; null once posted or abandoned
+  std::shared_ptr<session_base> target_;  // guarded by mu_; null once posted or abandoned
   const std::string request_id_;
   const std::string instance_;
+};
+
+// What reply_state, the listener and stop() need from a session, whatever its stream.
+class session_base : public std::enable_shared_from_this<session_base> {
+ public:
+  virtual ~session_base() = default;
+  virtual void on_stop() = 0;
+  virtual void on_reply(http_response r) = 0;
+  virtual void abandon_pending_reply() = 0;
+  virtual net::any_io_executor executor() = 0;
 };
 
 // One connection. Owned by shared_ptrs held in its own pending completion handlers
@@ -212,10 +228,17 @@ class reply_state {
 // constructor, run() (called by the listener before any operation is started),
 // executor(), and abandon_pending_reply() (called by stop() after the I/O threads
 // were joined).
-class session : public std::enable_shared_from_this<session> {
+//
+// Generic over the stream: beast::tcp_stream (plain HTTP) or an ssl_stream over one
+// (TLS, handshake first). Both are instantiated here, in the one TU that includes Beast.
+template <class Stream>
+class session : public session_base {
  public:
-  session(tcp::socket&& socket, std::shared_ptr<shared_state> st)
-      : stream_(std::move(socket)), st_(std::move(st)) {}
+  static constexpr bool is_tls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  template <class... Args>
+  session(std::shared_ptr<shared_state> st, Args&&... args)
+      : stream_(std::forward<Args>(args)...), st_(std::move(st)) {}
 
   ~session() {
     std::lock_guard lk(st_->mu);
@@ -230,20 +253,30 @@ class session : public std::enable_shared_from_this<session> {
     }
     // Small responses are written in one gather; Nagle would only add latency.
     beast::error_code ec;
-    stream_.socket().set_option(tcp::no_delay(true), ec);  // best effort: ignore failure
-    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read, shared_from_this()));
+    tcp_layer().socket().set_option(tcp::no_delay(true), ec);  // best effort: ignore failure
+    if constexpr (is_tls) {
+      net::dispatch(stream_.get_executor(), [self = self()] {
+        // The handshake is bounded like a request: a client that connects and says
+        // nothing (or speaks plain HTTP and waits) is cut off.
+        self->tcp_layer().expires_after(self->st_->cfg.read_timeout);
+        self->stream_.async_handshake(net::ssl::stream_base::server,
+                                      beast::bind_front_handler(&session::on_handshake, self));
+      });
+    } else {
+      net::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read, self()));
+    }
   }
 
   // Posted onto the strand by http_server::stop(). A connection idle between requests
   // is closed now; one with a request in progress (handler running or awaited,
   // response or stream being written) finishes it and then closes.
-  void on_stop() {
+  void on_stop() override {
     close_after_response_ = true;
     if (phase_ == phase::draining || (phase_ == phase::reading && idle())) close();
   }
 
   // Runs on the strand, posted by reply_state::complete().
-  void on_reply(http_response r) {
+  void on_reply(http_response r) override {
     pending_.reset();
     if (phase_ != phase::handling) return;  // cannot happen: one reply_state per request, one completion
     if (const char* why = invalid_response(r)) {
@@ -255,11 +288,11 @@ class session : public std::enable_shared_from_this<session> {
 
   // Only after the I/O threads were joined (no strand is running): a reply the handler
   // still owes is abandoned, which releases the session.
-  void abandon_pending_reply() {
+  void abandon_pending_reply() override {
     if (auto rs = pending_.lock()) rs->abandon();
   }
 
-  net::any_io_executor executor() { return stream_.get_executor(); }
+  net::any_io_executor executor() override { return stream_.get_executor(); }
 
  private:
   enum class phase { reading, handling, writing, streaming, draining };
@@ -277,10 +310,26 @@ class session : public std::enable_shared_from_this<session> {
 
   bool idle() const { return buffer_.size() == 0 && (!parser_ || !parser_->got_some()); }
 
+  std::shared_ptr<session> self() { return std::static_pointer_cast<session>(shared_from_this()); }
+  beast::tcp_stream& tcp_layer() { return beast::get_lowest_layer(stream_); }
+
+  // A failed handshake (plain HTTP sent to a TLS port, an untrusted or missing client
+  // certificate, a protocol below TLS 1.2) is the client's problem: logged at debug,
+  // the connection closed, nothing else happens.
+  void on_handshake(beast::error_code ec) {
+    if (ec) {
+      beast::error_code ignored;
+      auto peer = tcp_layer().socket().remote_endpoint(ignored);
+      log()->debug("TLS handshake with {}:{} failed: {}", peer.address().to_string(), peer.port(), ec.message());
+      return close();
+    }
+    do_read();
+  }
+
   void close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);  // peer may be gone already
-    stream_.close();
+    tcp_layer().socket().shutdown(tcp::socket::shutdown_both, ec);  // peer may be gone already
+    tcp_layer().close();
   }
 
   void do_read() {
@@ -297,9 +346,9 @@ class session : public std::enable_shared_from_this<session> {
     parser_->body_limit(st_->cfg.max_body_bytes);
     // One deadline for the whole request (headers and body) and for the idle time
     // before it: a client trickling bytes (slowloris) is cut off at read_timeout.
-    stream_.expires_after(st_->cfg.read_timeout);
+    tcp_layer().expires_after(st_->cfg.read_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
-                            beast::bind_front_handler(&session::on_header, shared_from_this()));
+                            beast::bind_front_handler(&session::on_header, self()));
   }
 
   void on_header(beast::error_code ec, std::size_t) {
@@ -320,7 +369,7 @@ class session : public std::enable_shared_from_this<session> {
     if (iequals(expect, "100-continue")) {
       continue_.emplace(http::status::continue_, req.version());
       http::async_write(stream_, *continue_,
-                        [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        [self = self()](beast::error_code ec, std::size_t) {
                           if (ec) return;  // the socket is gone; nothing to answer
                           self->read_body();
                         });
@@ -332,7 +381,7 @@ class session : public std::enable_shared_from_this<session> {
   void read_body() {
     // No new deadline: the one set before the header covers the whole request.
     http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&session::on_body, shared_from_this()));
+                     beast::bind_front_handler(&session::on_body, self()));
   }
 
   void on_body(beast::error_code ec, std::size_t) {
@@ -401,7 +450,7 @@ class session : public std::enable_shared_from_this<session> {
 
     // Until the handler answers, this session reads nothing more from the connection:
     // a pipelined request waits in the socket buffer.
-    auto rs = std::make_shared<reply_state>(shared_from_this(), req.request_id, req.path);
+    auto rs = std::make_shared<reply_state>(self(), req.request_id, req.path);
     pending_ = rs;
     try {
       // Called concurrently from all I/O threads: handlers must be thread-safe.
@@ -482,8 +531,8 @@ class session : public std::enable_shared_from_this<session> {
       res_.content_length(size);
     }
     // A client that stops reading its response is cut off like one that stops sending.
-    stream_.expires_after(st_->cfg.read_timeout);
-    http::async_write(stream_, res_, beast::bind_front_handler(&session::on_write, shared_from_this(), !keep_alive));
+    tcp_layer().expires_after(st_->cfg.read_timeout);
+    http::async_write(stream_, res_, beast::bind_front_handler(&session::on_write, self(), !keep_alive));
   }
 
   void on_write(bool close_after, beast::error_code ec, std::size_t) {
@@ -519,8 +568,8 @@ class session : public std::enable_shared_from_this<session> {
     sres_->body().data = nullptr;
     sres_->body().more = true;
     ssr_.emplace(*sres_);
-    stream_.expires_after(st_->cfg.read_timeout);
-    http::async_write_header(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, shared_from_this()));
+    tcp_layer().expires_after(st_->cfg.read_timeout);
+    http::async_write_header(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
   }
 
   void on_stream_write(beast::error_code ec, std::size_t) {
@@ -554,7 +603,7 @@ class session : public std::enable_shared_from_this<session> {
                      cur_.request_id, empty_pieces_);
         return abort_stream("source stalled");
       }
-      net::post(stream_.get_executor(), beast::bind_front_handler(&session::next_piece, shared_from_this()));
+      net::post(stream_.get_executor(), beast::bind_front_handler(&session::next_piece, self()));
       return;
     }
     empty_pieces_ = 0;
@@ -563,8 +612,8 @@ class session : public std::enable_shared_from_this<session> {
     body.data = piece_.empty() ? nullptr : piece_.data();
     body.size = piece_.size();
     body.more = more;  // false: the serializer appends the last chunk after this piece
-    stream_.expires_after(st_->cfg.read_timeout);
-    http::async_write(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, shared_from_this()));
+    tcp_layer().expires_after(st_->cfg.read_timeout);
+    http::async_write(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
   }
 
   void release_stream() {
@@ -612,15 +661,21 @@ class session : public std::enable_shared_from_this<session> {
   void lingering_close() {
     phase_ = phase::draining;
     if (st_->stopping) return close();
+    tcp_layer().expires_after(std::min<std::chrono::milliseconds>(st_->cfg.read_timeout, std::chrono::seconds(2)));
+    if constexpr (is_tls) {
+      // TLS ends with close_notify both ways; waiting for the client's also consumes
+      // what it was still sending, within the same bound.
+      stream_.async_shutdown([self = self()](beast::error_code) { self->close(); });
+      return;
+    }
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);  // peer may be gone already
-    stream_.expires_after(std::min<std::chrono::milliseconds>(st_->cfg.read_timeout, std::chrono::seconds(2)));
+    tcp_layer().socket().shutdown(tcp::socket::shutdown_send, ec);  // peer may be gone already
     do_drain();
   }
 
   void do_drain() {
     stream_.async_read_some(net::buffer(drain_buf_),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                            [self = self()](beast::error_code ec, std::size_t n) {
                               self->drained_ += n;
                               if (ec || self->drained_ > max_drain_bytes) return self->close();
                               self->do_drain();
@@ -632,7 +687,7 @@ class session : public std::enable_shared_from_this<session> {
   // otherwise keep an I/O thread spinning on a connection that makes no progress.
   static constexpr int max_empty_pieces = 1000;
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   std::shared_ptr<shared_state> st_;
   beast::flat_buffer buffer_;  // persists across requests: it may hold pipelined bytes
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -718,7 +773,11 @@ class listener : public std::enable_shared_from_this<listener> {
       });
       return;
     }
-    std::make_shared<session>(std::move(socket), st_)->run();
+    if (st_->tls) {
+      std::make_shared<session<beast::ssl_stream<beast::tcp_stream>>>(st_, std::move(socket), *st_->tls)->run();
+    } else {
+      std::make_shared<session<beast::tcp_stream>>(st_, std::move(socket))->run();
+    }
     do_accept();
   }
 
@@ -734,6 +793,37 @@ class listener : public std::enable_shared_from_this<listener> {
 async_http_handler wrap_sync(http_handler h) {
   if (!h) return {};
   return [h = std::move(h)](const http_request& req, http_responder reply) { reply(h(req)); };
+}
+
+// TLS 1.2 and 1.3 only. TLS 1.3 suites are OpenSSL's (all AEAD); for 1.2, only
+// forward-secret AEAD suites. Errors name the file that could not be used.
+result<std::unique_ptr<net::ssl::context>> make_server_tls(const tls_config& tls) {
+  auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+  beast::error_code ec;
+  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                       net::ssl::context::no_compression | net::ssl::context::single_dh_use,
+                   ec);
+  if (ec) return invalid_argument("http.tls: " + ec.message());
+  SSL_CTX* native = ctx->native_handle();
+  if (SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION) != 1)
+    return invalid_argument("http.tls: cannot require TLS 1.2");
+  if (SSL_CTX_set_cipher_list(native, "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL:!MD5:!SHA1:!DSS") != 1)
+    return invalid_argument("http.tls: no usable TLS 1.2 cipher suite");
+  SSL_CTX_set_options(native, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION);
+  ctx->use_certificate_chain_file(tls.cert_file, ec);
+  if (ec) return invalid_argument("http.tls.cert_file '" + tls.cert_file + "': " + ec.message());
+  ctx->use_private_key_file(tls.key_file, net::ssl::context::pem, ec);
+  if (ec) return invalid_argument("http.tls.key_file '" + tls.key_file + "': " + ec.message());
+  if (SSL_CTX_check_private_key(native) != 1)
+    return invalid_argument("http.tls.key_file '" + tls.key_file + "' does not match http.tls.cert_file");
+  if (!tls.client_ca_file.empty()) {
+    ctx->load_verify_file(tls.client_ca_file, ec);
+    if (ec) return invalid_argument("http.tls.client_ca_file '" + tls.client_ca_file + "': " + ec.message());
+    ctx->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert, ec);
+    if (ec) return invalid_argument("http.tls.client_ca_file: " + ec.message());
+  }
+  return ctx;
 }
 
 std::string random_prefix() {
@@ -786,6 +876,11 @@ status http_server::start() {
   auto addr = net::ip::make_address(cfg.listen_address, ec);
   if (ec) return invalid_argument("listen_address '" + cfg.listen_address + "': " + ec.message());
 
+  if (cfg.tls.enabled()) {
+    auto ctx = make_server_tls(cfg.tls);
+    if (!ctx.ok()) return ctx.error();
+    impl_->st->tls = std::move(ctx.value());
+  }
   auto lst = std::make_shared<listener>(impl_->ioc, impl_->st);
   if (status s = lst->open(tcp::endpoint(addr, cfg.port)); !s.ok()) return s;
   impl_->port = lst->port();
@@ -813,7 +908,7 @@ void http_server::stop() {
 
   // Set `stopping` under the session mutex: a session registering after we take the
   // snapshot below sees the flag in its first do_read and closes itself.
-  std::vector<std::shared_ptr<session>> live;
+  std::vector<std::shared_ptr<session_base>> live;
   {
     std::lock_guard slk(st.mu);
     st.stopping = true;
@@ -854,7 +949,7 @@ void http_server::stop() {
   // the I/O threads joined, no strand runs, so touching the sessions here is safe
   // (not so if a thread had to be detached; then they are left to the io_context).
   if (!detached) {
-    std::vector<std::shared_ptr<session>> left;
+    std::vector<std::shared_ptr<session_base>> left;
     {
       std::lock_guard slk(st.mu);
       for (auto& [_, w] : st.sessions) {

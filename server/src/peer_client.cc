@@ -34,10 +34,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -116,24 +119,32 @@ bool dropped_response_field(http::field f) {
   }
 }
 
-// A parsed "http://host[:port][/]". `key` names the pool and is what idle_connections()
+// A parsed "http://host[:port][/]" or "https://host[:port][/]". `key` names the pool and is what idle_connections()
 // looks up, so "http://Peer:80" and "http://peer" share connections.
 struct peer_address {
   std::string host;  // without brackets
   std::string port;
   std::optional<net::ip::address> numeric;  // set when host is an IP literal: no DNS
   std::string key;                          // "host:port", lower case, IPv6 in brackets
+  bool tls = false;                         // https: TLS, the certificate checked against host
 };
 
 result<peer_address> parse_endpoint(std::string_view ep) {
   auto bad = [&](std::string_view why) {
     return invalid_argument("peer endpoint '" + std::string(ep.substr(0, 256)) + "': " + std::string(why));
   };
-  constexpr std::string_view scheme = "http://";
-  if (ep.size() < scheme.size() || !iequals(ep.substr(0, scheme.size()), scheme)) {
-    return bad("only http://host:port is supported");
+  constexpr std::string_view plain_scheme = "http://";
+  constexpr std::string_view tls_scheme = "https://";
+  bool tls = false;
+  std::string_view rest;
+  if (ep.size() >= plain_scheme.size() && iequals(ep.substr(0, plain_scheme.size()), plain_scheme)) {
+    rest = ep.substr(plain_scheme.size());
+  } else if (ep.size() >= tls_scheme.size() && iequals(ep.substr(0, tls_scheme.size()), tls_scheme)) {
+    rest = ep.substr(tls_scheme.size());
+    tls = true;
+  } else {
+    return bad("only http://host:port and https://host:port are supported");
   }
-  std::string_view rest = ep.substr(scheme.size());
   if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   if (rest.find_first_of("/?#@") != std::string_view::npos) return bad("expected http://host:port, nothing more");
 
@@ -163,7 +174,7 @@ result<peer_address> parse_endpoint(std::string_view ep) {
       })) {
     return bad("invalid host");
   }
-  if (port.empty() && rest.find(':') == std::string_view::npos) port = "80";
+  if (port.empty() && rest.find(':') == std::string_view::npos) port = tls ? "443" : "80";
   if (port.empty() || port.size() > 5 ||
       !std::all_of(port.begin(), port.end(), [](unsigned char c) { return std::isdigit(c); })) {
     return bad("invalid port");
@@ -182,6 +193,7 @@ result<peer_address> parse_endpoint(std::string_view ep) {
     return bad("invalid IPv6 address");
   }
   a.key = (bracketed ? "[" + a.host + "]" : a.host) + ":" + a.port;
+  a.tls = tls;
   return a;
 }
 
@@ -198,9 +210,20 @@ status validate(const peer_request& r) {
 
 // One TCP connection to a peer. Its stream's executor is its own strand; every
 // operation on it runs there.
+//
+// Plain or TLS, fixed when created: with a TLS context the TCP stream is wrapped in an
+// ssl_stream, and every read and write goes through it.
 struct connection {
-  explicit connection(net::io_context& ioc) : stream(net::make_strand(ioc)) {}
-  beast::tcp_stream stream;
+  connection(net::io_context& ioc, net::ssl::context* tls_ctx) {
+    if (tls_ctx) {
+      tls.emplace(net::make_strand(ioc), *tls_ctx);
+    } else {
+      plain.emplace(net::make_strand(ioc));
+    }
+  }
+  beast::tcp_stream& stream() { return plain ? *plain : beast::get_lowest_layer(*tls); }
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
   beast::flat_buffer buffer;  // bytes read past a response would be kept here (then: not reused)
 };
 
@@ -213,6 +236,9 @@ struct client_state {
 
   const peer_client_config cfg;
   net::io_context& ioc;
+  // For https:// endpoints; null when it could not be set up (tls_error says why).
+  std::unique_ptr<net::ssl::context> tls;
+  std::string tls_error;
   std::atomic<uint64_t> opened{0};
 
   mutable std::mutex mu;
@@ -295,14 +321,14 @@ class exchange : public std::enable_shared_from_this<exchange> {
   void start() {
     auto c = st_.take(addr_.key);
     reused_ = c != nullptr;
-    if (!c) c = std::make_shared<connection>(st_.ioc);
+    if (!c) c = std::make_shared<connection>(st_.ioc, addr_.tls ? st_.tls.get() : nullptr);
     {
       std::lock_guard lk(mu_);
       conn_ = c;
     }
     // Posted, never run inline: send() must not block, and done must not run on the
     // caller's thread.
-    net::post(c->stream.get_executor(), [self = shared_from_this()] {
+    net::post(c->stream().get_executor(), [self = shared_from_this()] {
       if (self->reused_) {
         self->write();
       } else {
@@ -329,7 +355,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
     // Without a connection, start() has not posted its first step yet; that step will see
     // cancelled_.
     if (c) {
-      net::post(c->stream.get_executor(), [self = shared_from_this()] {
+      net::post(c->stream().get_executor(), [self = shared_from_this()] {
         self->finish(unavailable("peer " + self->addr_.key + ": client stopped before the response arrived"), false);
       });
     }
@@ -380,7 +406,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
     }
     // The resolver is not covered by the stream's expiry: a timer bounds it. On expiry
     // the exchange completes at once; the resolver's late answer is then ignored.
-    auto ex = conn_->stream.get_executor();
+    auto ex = conn_->stream().get_executor();
     resolver_.emplace(ex);
     resolve_timer_.emplace(ex);
     resolve_timer_->expires_at(connect_deadline());
@@ -404,8 +430,8 @@ class exchange : public std::enable_shared_from_this<exchange> {
   template <class Endpoints>
   void connect_to(const Endpoints& eps) {
     if (!proceed()) return;
-    conn_->stream.expires_at(connect_deadline());
-    conn_->stream.async_connect(eps, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+    conn_->stream().expires_at(connect_deadline());
+    conn_->stream().async_connect(eps, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
       self->on_connect(ec);
     });
   }
@@ -417,18 +443,46 @@ class exchange : public std::enable_shared_from_this<exchange> {
     st_.opened.fetch_add(1, std::memory_order_relaxed);
     // Requests and responses are small and latency-bound; Nagle would only delay them.
     beast::error_code ignored;
-    conn_->stream.socket().set_option(tcp::no_delay(true), ignored);  // best effort: failure is harmless
+    conn_->stream().socket().set_option(tcp::no_delay(true), ignored);  // best effort: failure is harmless
+    if (conn_->tls) return handshake();
     write();
+  }
+
+  // TLS: the peer's certificate must chain to the configured CA and name the host of
+  // its endpoint (a DNS name, or an IP address in its subjectAltName).
+  void handshake() {
+    if (!proceed()) return;
+    auto& tls = *conn_->tls;
+    if (!addr_.numeric) {
+      // SNI, for peers behind something that routes by name.
+      (void)SSL_set_tlsext_host_name(tls.native_handle(), addr_.host.c_str());  // failure only loses SNI
+    }
+    beast::error_code ec;
+    tls.set_verify_mode(net::ssl::verify_peer, ec);
+    if (!ec) tls.set_verify_callback(net::ssl::host_name_verification(addr_.host), ec);
+    if (ec) return finish(io_error("peer " + addr_.key + ": TLS setup: " + ec.message()), false);
+    conn_->stream().expires_at(connect_deadline());
+    tls.async_handshake(net::ssl::stream_base::client, [self = shared_from_this()](beast::error_code ec) {
+      if (self->finished_) return;
+      if (ec == beast::error::timeout) return self->finish(self->connect_timeout_error(), false);
+      if (ec) {
+        return self->finish(unavailable("peer " + self->addr_.key + ": TLS handshake failed: " + ec.message()), false);
+      }
+      self->write();
+    });
   }
 
   void write() {
     if (!proceed()) return;
     // One deadline for the whole exchange: the stream applies it to every operation
     // started from here on, the read included.
-    conn_->stream.expires_at(deadline_);
-    http::async_write(conn_->stream, req_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_write(ec);
-    });
+    conn_->stream().expires_at(deadline_);
+    auto on_done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_write(ec); };
+    if (conn_->tls) {
+      http::async_write(*conn_->tls, req_, std::move(on_done));
+    } else {
+      http::async_write(*conn_->plain, req_, std::move(on_done));
+    }
   }
 
   void on_write(beast::error_code ec) {
@@ -448,9 +502,12 @@ class exchange : public std::enable_shared_from_this<exchange> {
     parser_->header_limit(max_response_header_bytes);
     parser_->body_limit(static_cast<std::uint64_t>(st_.cfg.max_response_bytes));
     if (head_) parser_->skip(true);  // a response to HEAD announces a length but has no body
-    http::async_read(conn_->stream, conn_->buffer, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_read(ec);
-    });
+    auto on_done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); };
+    if (conn_->tls) {
+      http::async_read(*conn_->tls, conn_->buffer, *parser_, std::move(on_done));
+    } else {
+      http::async_read(*conn_->plain, conn_->buffer, *parser_, std::move(on_done));
+    }
   }
 
   void on_read(beast::error_code ec) {
@@ -474,15 +531,16 @@ class exchange : public std::enable_shared_from_this<exchange> {
   bool stale(beast::error_code ec) const {
     if (!reused_ || retried_ || cancelled_) return false;
     return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-           ec == net::error::broken_pipe || ec == net::error::connection_aborted;
+           ec == net::error::broken_pipe || ec == net::error::connection_aborted ||
+           ec == net::ssl::error::stream_truncated;
   }
 
   void retry() {
     retried_ = true;
     reused_ = false;
     st_.drop_idle(addr_.key);
-    conn_->stream.close();
-    auto fresh = std::make_shared<connection>(st_.ioc);
+    conn_->stream().close();
+    auto fresh = std::make_shared<connection>(st_.ioc, addr_.tls ? st_.tls.get() : nullptr);
     bool switched = false;
     {
       std::lock_guard lk(mu_);
@@ -497,7 +555,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
       return finish(unavailable("peer " + addr_.key + ": client stopped before the response arrived"), false);
     }
     log()->debug("peer {}: idle connection was closed by the peer; retrying on a new one", addr_.key);
-    net::post(fresh->stream.get_executor(), [self = shared_from_this()] { self->connect(); });
+    net::post(fresh->stream().get_executor(), [self = shared_from_this()] { self->connect(); });
   }
 
   status error_status(beast::error_code ec, std::string_view phase) const {
@@ -529,11 +587,11 @@ class exchange : public std::enable_shared_from_this<exchange> {
     if (auto& c = conn_) {
       bool pooled = false;
       if (reuse) {
-        c->stream.expires_never();  // the next exchange sets its own deadline
+        c->stream().expires_never();  // the next exchange sets its own deadline
         pooled = st_.give_back(addr_.key, c);
       }
       // Closing aborts whatever is still pending; its handler then finds finished_ set.
-      if (!pooled) c->stream.close();
+      if (!pooled) c->stream().close();
     }
     {
       std::lock_guard lk(st_.mu);
@@ -583,7 +641,45 @@ struct peer_client::impl {
   std::vector<std::thread> threads;
 };
 
+// TLS 1.2+ client context: the peers' certificates are verified against cfg.tls_ca_file
+// (or the system's CAs); cfg.tls_cert_file/key_file are presented to peers that ask for
+// a client certificate.
+std::unique_ptr<net::ssl::context> make_client_tls(const peer_client_config& cfg, std::string& error) {
+  auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
+  beast::error_code ec;
+  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                       net::ssl::context::no_compression,
+                   ec);
+  if (!ec && SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION) != 1)
+    ec = net::error::invalid_argument;
+  if (ec) {
+    error = "TLS setup: " + ec.message();
+    return nullptr;
+  }
+  if (cfg.tls_ca_file.empty()) {
+    ctx->set_default_verify_paths(ec);
+  } else {
+    ctx->load_verify_file(cfg.tls_ca_file, ec);
+  }
+  if (ec) {
+    error = "CA file '" + cfg.tls_ca_file + "': " + ec.message();
+    return nullptr;
+  }
+  if (!cfg.tls_cert_file.empty()) {
+    ctx->use_certificate_chain_file(cfg.tls_cert_file, ec);
+    if (!ec) ctx->use_private_key_file(cfg.tls_key_file, net::ssl::context::pem, ec);
+    if (ec) {
+      error = "client certificate '" + cfg.tls_cert_file + "': " + ec.message();
+      return nullptr;
+    }
+  }
+  return ctx;
+}
+
 peer_client::peer_client(peer_client_config cfg) : impl_(std::make_unique<impl>(std::move(cfg))) {
+  impl_->st.tls = make_client_tls(impl_->st.cfg, impl_->st.tls_error);
+  if (!impl_->st.tls) log()->error("peer client: https:// peers cannot be reached: {}", impl_->st.tls_error);
   const int n = std::max(1, impl_->st.cfg.threads);
   impl_->threads.reserve(n);
   for (int i = 0; i < n; ++i) {
@@ -635,6 +731,7 @@ void peer_client::send(const std::string& endpoint, peer_request req, std::funct
   auto addr = parse_endpoint(endpoint);
   if (!addr.ok()) return fail_later(addr.error());
   if (status s = validate(req); !s.ok()) return fail_later(std::move(s));
+  if (addr->tls && !st.tls) return fail_later(invalid_argument("peer " + addr->key + ": " + st.tls_error));
 
   const auto deadline = req.deadline.value_or(clock_type::now() + st.cfg.request_timeout);
   auto ex = std::make_shared<exchange>(st, std::move(*addr), std::move(req), deadline, std::move(done));

@@ -1,5 +1,6 @@
-// Token file parsing, scope matching, the hash helper (against published SHA-256
-// vectors), bearer-header handling, reloads, and the state directory check.
+// Access control: token file parsing, scope matching, the hash helper (against
+// published SHA-256 vectors), bearer-header handling, reloads, CORS, and the state
+// directory check.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -14,6 +15,7 @@
 
 #include "server/app.h"
 #include "server/auth.h"
+#include "server/cors.h"
 
 using namespace kstate;
 using namespace kstate::server;
@@ -225,4 +227,78 @@ TEST_CASE("the state directory is created 0700 and refused when others can write
   REQUIRE_FALSE(s.ok());
   CHECK(s.message().find("not a directory") != std::string::npos);
   std::filesystem::remove_all(base);
+}
+
+namespace {
+// Runs `h` on a request and returns its (synchronous) answer.
+http_response call(const async_http_handler& h, const http_request& req) {
+  std::optional<http_response> out;
+  h(req, [&](http_response r) { out = std::move(r); });
+  REQUIRE(out);
+  return *out;
+}
+
+std::optional<std::string> header_of(const http_response& r, std::string_view name) {
+  for (const auto& [n, v] : r.headers)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
+http_request request(std::string method, std::vector<std::pair<std::string, std::string>> headers) {
+  http_request r;
+  r.method = std::move(method);
+  r.path = "/v1/stores/s/keys/k";
+  r.headers = std::move(headers);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("CORS: preflights from listed origins are answered; others are refused; answers name the origin") {
+  int inner_calls = 0;
+  async_http_handler inner = [&](const http_request&, http_responder reply) {
+    ++inner_calls;
+    http_response r;
+    r.body = "{}";
+    reply(std::move(r));
+  };
+  // No origins: the handler is returned unchanged, nothing is added.
+  auto off = with_cors({}, inner);
+  auto plain = call(off, request("GET", {{"origin", "https://dash.example.com"}}));
+  CHECK_FALSE(header_of(plain, "Access-Control-Allow-Origin"));
+
+  cors_config cfg;
+  cfg.allowed_origins = {"https://dash.example.com"};
+  cfg.max_age_s = 120;
+  auto h = with_cors(cfg, inner);
+  inner_calls = 0;
+
+  auto pre = call(h, request("OPTIONS", {{"origin", "https://dash.example.com"},
+                                         {"access-control-request-method", "POST"},
+                                         {"access-control-request-headers", "authorization, content-type"}}));
+  CHECK(pre.status == 204);
+  CHECK(header_of(pre, "Access-Control-Allow-Origin") == "https://dash.example.com");
+  CHECK(header_of(pre, "Access-Control-Allow-Methods") == "GET, HEAD, POST");
+  CHECK(header_of(pre, "Access-Control-Allow-Headers")->find("Authorization") != std::string::npos);
+  CHECK(header_of(pre, "Access-Control-Max-Age") == "120");
+  CHECK_FALSE(header_of(pre, "Access-Control-Allow-Credentials"));
+  CHECK(inner_calls == 0);  // answered before the API (and its authentication)
+
+  auto other = call(h, request("OPTIONS", {{"origin", "https://evil.example"}, {"access-control-request-method", "GET"}}));
+  CHECK(other.status == 403);
+  CHECK_FALSE(header_of(other, "Access-Control-Allow-Origin"));
+  auto bad_method =
+      call(h, request("OPTIONS", {{"origin", "https://dash.example.com"}, {"access-control-request-method", "DELETE"}}));
+  CHECK(bad_method.status == 405);
+
+  auto get = call(h, request("GET", {{"origin", "https://dash.example.com"}}));
+  CHECK(get.status == 200);
+  CHECK(header_of(get, "Access-Control-Allow-Origin") == "https://dash.example.com");
+  CHECK(header_of(get, "Access-Control-Expose-Headers")->find("X-Kstate-Position") != std::string::npos);
+  CHECK(header_of(get, "Vary") == "Origin");
+  auto foreign = call(h, request("GET", {{"origin", "https://evil.example"}}));
+  CHECK(foreign.status == 200);  // the browser, not the server, withholds the answer
+  CHECK_FALSE(header_of(foreign, "Access-Control-Allow-Origin"));
+  auto no_origin = call(h, request("GET", {}));
+  CHECK_FALSE(header_of(no_origin, "Access-Control-Allow-Origin"));
+  CHECK(inner_calls == 3);
 }

@@ -203,3 +203,39 @@ TEST_CASE("auth: token file and metrics access are read; a bad metrics value nam
   CHECK(again->auth.token_file == "/etc/kstate/tokens.yaml");
   CHECK(again->auth.open_metrics);
 }
+
+TEST_CASE("http.tls and http.cors are read and checked") {
+  auto c = parse_config(std::string(minimal) +
+                        "http: {tls: {cert_file: s.crt, key_file: s.key, client_ca_file: ca.crt}, "
+                        "cors: {allowed_origins: ['https://dash.example.com', 'http://localhost:5173'], max_age_s: 60}}\n");
+  REQUIRE(c.ok());
+  CHECK(c->http.tls.enabled());
+  CHECK(c->http.tls.cert_file == "s.crt");
+  CHECK(c->http.tls.client_ca_file == "ca.crt");
+  CHECK(c->cors.allowed_origins.size() == 2);
+  CHECK(c->cors.max_age_s == 60);
+  auto again = parse_config(render_config(*c));
+  REQUIRE(again.ok());
+  CHECK(again->http.tls.key_file == "s.key");
+  CHECK(again->cors.allowed_origins == c->cors.allowed_origins);
+
+  struct row {
+    std::string yaml, error;
+  };
+  const row rows[] = {
+      {"http: {tls: {cert_file: s.crt}}", "http.tls.key_file: is required"},
+      {"http: {tls: {key_file: s.key}}", "http.tls.cert_file: is required"},
+      {"http: {tls: {client_ca_file: ca.crt}}", "need cert_file and key_file"},
+      {"http: {tls: {cert_file: a, key_file: b, ciphers: x}}", "http.tls.ciphers: unknown key"},
+      {"http: {cors: {allowed_origins: ['*']}}", "'*' is not allowed"},
+      {"http: {cors: {allowed_origins: ['https://a.example/path']}}", "must be an origin"},
+      {"http: {tls: {cert_file: a, key_file: b}}\nadvertised_endpoint: http://h:1", "must start with https://"},
+      {"advertised_endpoint: https://h:1", "https:// needs http.tls"},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.yaml);
+    auto bad = parse_config(std::string(minimal) + r.yaml + "\n");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().message().find(r.error) != std::string::npos);
+  }
+}

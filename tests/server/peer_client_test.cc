@@ -427,7 +427,7 @@ TEST_CASE("destroying the client completes requests in flight with unavailable, 
 
 TEST_CASE("bad endpoints and requests are invalid_argument, reported through done on a client thread") {
   peer_client client({});
-  for (std::string ep : {"https://127.0.0.1:1", "127.0.0.1:80", "http://", "http://:80", "http://h:0", "http://h:99999",
+  for (std::string ep : {"https:/127.0.0.1:1", "127.0.0.1:80", "http://", "http://:80", "http://h:0", "http://h:99999",
                          "http://h:80/path", "http://user@h:80", "http://::1:80", "http://[::1", "ftp://h:1"}) {
     std::thread::id where;
     auto r = call(client, ep, get("/x"), &where);

@@ -10,6 +10,7 @@
 #include "core/view.h"
 #include "ingest/engine.h"
 #include "server/api.h"
+#include "server/cors.h"
 #include "server/http_server.h"
 #include "storage/db.h"
 
@@ -48,7 +49,13 @@ struct app_config {
   std::string ui_dir;
 
   http_config http;
+  // CA bundle (PEM) that other instances' certificates are checked against when
+  // forwarding over TLS (http.tls.peer_ca_file). Empty: http.tls.client_ca_file if set,
+  // else the system's trusted CAs.
+  std::string peer_ca_file;
   auth_config auth;
+  // Browsers' cross-origin requests (http.cors); off by default.
+  cors_config cors;
   api_config query;
   ingest::ingest_config ingest;
   storage::db_options rocksdb;

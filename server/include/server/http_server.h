@@ -20,6 +20,20 @@
 
 namespace kstate::server {
 
+// TLS on a listening port. With a certificate configured the port speaks TLS only
+// (TLS 1.2 and 1.3, OpenSSL's default ciphers minus the weak ones); a plain HTTP client
+// gets its connection closed, never an answer.
+struct tls_config {
+  // PEM certificate chain (server certificate first) and its PEM private key. Both or
+  // neither. Empty: plain HTTP.
+  std::string cert_file;
+  std::string key_file;
+  // PEM CA bundle. When set, every client must present a certificate signed by one of
+  // these CAs (mutual TLS); a client without one fails the handshake.
+  std::string client_ca_file;
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 struct http_config {
   // Address to listen on. Default: loopback only.
   std::string listen_address = "127.0.0.1";
@@ -38,6 +52,8 @@ struct http_config {
   std::chrono::milliseconds read_timeout{10'000};
   // Time stop() lets in-flight requests finish before connections are closed.
   std::chrono::milliseconds shutdown_grace{5'000};
+  // TLS; disabled by default.
+  tls_config tls;
 };
 
 class http_server {

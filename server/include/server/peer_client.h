@@ -51,6 +51,14 @@ struct peer_client_config {
   // Largest response body accepted, bytes (after chunked decoding); a larger one fails
   // with resource_exhausted and its connection is closed.
   size_t max_response_bytes = 64 * 1024 * 1024;
+  // For https:// endpoints (TLS 1.2+): the CA bundle (PEM) peers' certificates must
+  // chain to, empty for the system's CAs; the certificate must also name the
+  // endpoint's host (DNS name, or IP address in subjectAltName).
+  std::string tls_ca_file;
+  // Client certificate chain and key (PEM) presented to peers that require one
+  // (mutual TLS). Empty: none.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 struct peer_request {
@@ -70,8 +78,10 @@ struct peer_request {
 
 // Outcome codes passed to `done`:
 //   ok (a response, whatever its HTTP status: a peer's 404 or 503 is an answer)
-//   invalid_argument    bad endpoint or request (not "http://host[:port]", bad target/header)
+//   invalid_argument    bad endpoint or request (not "http[s]://host[:port]", bad target/header,
+//                       https:// with a TLS setup that failed: unreadable CA file ...)
 //   unavailable         peer unreachable: refused, reset, closed mid-response, DNS failure,
+//                       TLS handshake failed (certificate not trusted or not for this host),
 //                       no connection within connect_timeout (a black-holed host: a longer
 //                       deadline would not help), or the client is being destroyed. Retry
 //                       later or elsewhere.
@@ -89,7 +99,7 @@ class peer_client {
   peer_client(const peer_client&) = delete;
   peer_client& operator=(const peer_client&) = delete;
 
-  // Sends `req` to `endpoint` ("http://host:port"; a host name is resolved, a numeric
+  // Sends `req` to `endpoint` ("http://host:port" or "https://host:port"; a host name is resolved, a numeric
   // address is used as is). Never blocks and never calls `done` inline: `done` is called
   // exactly once, later, on a client thread, with the response (any status) or an error
   // status (see above); an empty `done` makes the call a no-op. The response's `headers`
