@@ -127,6 +127,19 @@ TEST_CASE("TLS: a trusting client gets answers, plain HTTP is closed, expired an
     auto p = curl("", "http://127.0.0.1:" + std::to_string(good.port()) + "/livez");
     CHECK(p.rc != 0);
   }
+  // TLS 1.1, and a TLS 1.2 suite without forward secrecy, are refused by the server
+  // (the client offers them with its own security level lowered).
+  const std::string s_client = "timeout 20 openssl s_client -connect 127.0.0.1:" + std::to_string(good.port()) +
+                               " -CAfile '" + certs + "/ca.crt' </dev/null 2>&1";
+  auto tls11 = run(s_client + " -tls1_1 -cipher 'DEFAULT@SECLEVEL=0'");
+  CHECK(tls11.rc != 0);
+  CHECK_MESSAGE(tls11.out.find("alert protocol version") != std::string::npos, tls11.out);
+  auto weak = run(s_client + " -tls1_2 -cipher 'AES128-SHA256'");
+  CHECK(weak.rc != 0);
+  auto tls12 = run(s_client + " -tls1_2");
+  CHECK_MESSAGE(tls12.rc == 0, tls12.out);
+  CHECK(tls12.out.find("Verify return code: 0 (ok)") != std::string::npos);
+
   auto again = curl(trust, url(good, "/v1/stores/s/keys/k2"));
   REQUIRE_MESSAGE(again.rc == 0, again.error);
   CHECK(again.status == 200);
@@ -230,4 +243,58 @@ TEST_CASE("mutual TLS with tokens: no client certificate is refused; instances f
   CHECK(json::parse(count.body)["count"] == model.size());
   CHECK(a.terminate() == 0);
   CHECK(b.terminate() == 0);
+}
+
+TEST_CASE("an instance refuses to forward to a peer whose certificate its CA did not sign") {
+  auto certs = make_certs();
+  auto other = make_certs();  // another CA: the instances trust it for peers, not their own
+  auto topic = unique_name("tls-peer");
+  const int partitions = 4;
+  create_topic(topic, partitions);
+  std::vector<produced> recs;
+  for (int i = 0; i < 40; ++i) recs.push_back({"k-" + std::to_string(i), R"({"n":1})"});
+  produce(topic, recs);
+  auto dir = temp_dir("tls-peer");
+  auto app = unique_name("tls-peer-app");
+  kstate_process a(app, {{"s", topic}}, dir + "/a");
+  kstate_process b(app, {{"s", topic}}, dir + "/b");
+  for (auto* ks : {&a, &b}) {
+    auto args = tls_args(certs, "server");
+    args.insert(args.end(), {"--set", "http.tls.peer_ca_file=" + other + "/ca.crt"});
+    ks->extra_args(args);
+    ks->start();
+  }
+  const std::string trust = "--cacert '" + certs + "/ca.crt'";
+  wait_ready_tls(a, trust);
+  wait_ready_tls(b, trust);
+  bool settled = false;
+  for (int i = 0; i < 300 && !settled; ++i) {
+    auto c = curl(trust, url(a, "/v1/cluster?scope=local"));
+    auto d = curl(trust, url(b, "/v1/cluster?scope=local"));
+    if (c.rc == 0 && d.rc == 0 && c.status == 200 && d.status == 200) {
+      auto ja = json::parse(c.body), jb = json::parse(d.body);
+      settled = ja["partitions"].size() + jb["partitions"].size() == static_cast<size_t>(partitions) &&
+                !ja["partitions"].empty() && !jb["partitions"].empty() &&
+                curl(trust, url(a, "/readyz")).status == 200 && curl(trust, url(b, "/readyz")).status == 200;
+    }
+    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  REQUIRE_MESSAGE(settled, "the partitions were not split between the instances; see " << a.log_path());
+  // Keys a owns are answered; keys b owns would need a forward that fails verification.
+  size_t refused = 0, answered = 0;
+  for (int i = 0; i < 40; ++i) {
+    auto r = curl(trust, url(a, "/v1/stores/s/keys/k-" + std::to_string(i)));
+    REQUIRE_MESSAGE(r.rc == 0, r.error);
+    if (r.status == 200) {
+      ++answered;
+      CHECK(r.forwarded_to.empty());
+    } else {
+      ++refused;
+      CHECK(r.status == 503);
+      CHECK_MESSAGE(r.body.find("certificate verify failed") != std::string::npos, r.body);
+    }
+  }
+  MESSAGE(answered << " answered locally, " << refused << " refused: the owner's certificate was not trusted");
+  CHECK(answered > 0);
+  CHECK(refused > 0);
 }
