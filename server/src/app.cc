@@ -129,6 +129,8 @@ status app::start() {
     peer_cfg.tls_key_file = i.cfg.http.tls.key_file;
   }
   i.peers = std::make_unique<peer_client>(peer_cfg);
+  if (i.cfg.http.tls.enabled() && !i.peers->tls_error().empty())
+    return invalid_argument("http.tls: instances could not forward to each other: " + i.peers->tls_error());
   ctx.membership = &i.membership;
   ctx.peers = i.peers.get();
   ctx.group = i.cfg.application_id;

@@ -757,4 +757,6 @@ size_t peer_client::idle_connections(const std::string& endpoint) const {
 
 uint64_t peer_client::connections_opened() const { return impl_->st.opened.load(std::memory_order_relaxed); }
 
+std::string peer_client::tls_error() const { return impl_->st.tls_error; }
+
 }  // namespace kstate::server

@@ -112,6 +112,9 @@ class peer_client {
   size_t idle_connections(const std::string& endpoint) const;
   // TCP connections opened so far (successful connects), over all endpoints.
   uint64_t connections_opened() const;
+  // Why https:// endpoints cannot be used (an unreadable CA file, a client certificate
+  // that does not load), or empty when they can.
+  std::string tls_error() const;
 
  private:
   struct impl;
