@@ -5,6 +5,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <set>
 #include <thread>
 
 #include "support.h"
@@ -28,8 +29,19 @@ TEST_CASE("standby copies answer allow_stale reads while the owner is down, and 
   b.start();
   a.wait_ready();
   b.wait_ready();
-  for (int i = 0; i < 600 && !cluster_settled(a.port(), 2); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  REQUIRE(cluster_settled(a.port(), 2));
+  // Settled, and both instances own partitions: with cooperative rebalancing the group
+  // is briefly Stable with every partition still on A before B receives its share.
+  auto both_own = [&] {
+    if (!cluster_settled(a.port(), 2, 6)) return false;
+    auto c = http_client(a.port()).get("/v1/cluster");
+    if (!c || c->status != 200) return false;
+    std::set<std::string> owners;
+    const auto j = c->body_json();
+    for (const auto& p : j["partitions"]) owners.insert(p["owner"].get<std::string>());
+    return owners.size() == 2;
+  };
+  for (int i = 0; i < 600 && !both_own(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(both_own());
   std::string eb = "http://127.0.0.1:" + std::to_string(b.port());
 
   // Keys owned by B, and the metadata naming A as their standby.
