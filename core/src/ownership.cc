@@ -16,6 +16,8 @@ void ownership_registry::assign(const std::vector<assignment>& added) {
     p.ready = a.ready;
     p.high_watermark = a.catch_up_target;
     p.applied = a.applied;
+    p.restored = 0;
+    p.restore_total = -1;
   }
   joined_ = true;
   ++generation_;
@@ -42,6 +44,15 @@ void ownership_registry::update_progress(const std::string& topic, int32_t parti
   if (!p.assigned) return;
   p.applied = applied;
   if (high_watermark >= 0) p.high_watermark = high_watermark;
+}
+
+void ownership_registry::update_restore(const std::string& topic, int32_t partition, int64_t restored,
+                                        int64_t total) {
+  std::lock_guard lock(mu_);
+  auto& p = topics_[topic].partitions[partition];
+  if (!p.assigned) return;
+  p.restored = restored;
+  p.restore_total = total;
 }
 
 void ownership_registry::mark_joined() {

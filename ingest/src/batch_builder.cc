@@ -36,6 +36,7 @@ std::string validate(const view_def& view, const record& r) {
 batch_builder::batch_builder(storage::db& db, const std::vector<view_def>& views)
     : db_(db), batch_(db.new_batch()) {
   for (const auto& v : views) {
+    if (v.is_aggregate()) continue;  // applied by the aggregate pipeline
     auto id = db.find_view(v.name);
     if (!id) throw std::invalid_argument("view '" + v.name + "' has no column family");
     by_topic_[v.topic].push_back(view_slot{&v, *id});
@@ -105,6 +106,20 @@ void batch_builder::add(const record& r) {
     batch_.set_position(slot.id, r.partition, pos);
   }
   touched_[tp] = r.offset + 1;
+}
+
+void batch_builder::reject(const view_def& view, const record& r, std::string reason) {
+  ++counts_[{std::string(r.topic), r.partition}].invalid;
+  ++view_counts_[std::make_tuple(view.name, std::string(r.topic), r.partition)].invalid;
+  rejections_.push_back(rejection{
+      view.name, view.dead_letter_topic, std::string(r.topic), r.partition, r.offset,
+      r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
+      r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt, std::move(reason)});
+}
+
+void batch_builder::note_applied(const std::string& view, std::string_view topic, int32_t partition) {
+  ++counts_[{std::string(topic), partition}].applied;
+  ++view_counts_[std::make_tuple(view, std::string(topic), partition)].applied;
 }
 
 void batch_builder::reset() {

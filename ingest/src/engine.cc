@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "agg_pipeline.h"
 #include "ingest/batch_builder.h"
 #include "ingest/membership.h"
 
@@ -61,11 +62,13 @@ struct engine::impl {
   storage::db& db;
   ownership_registry& ownership;
   change_notifier* notifier = nullptr;
+  prometheus::Registry* metrics = nullptr;
   ingest_stats stats;
 
   rd_kafka_t* consumer = nullptr;
   rd_kafka_t* dlq_producer = nullptr;
   std::unique_ptr<batch_builder> builder;
+  std::unique_ptr<agg_pipeline> agg;  // null without aggregate views
   std::thread thread;
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
@@ -99,6 +102,7 @@ struct engine::impl {
       : cfg(std::move(c)), views(std::move(v)), db(d), ownership(o) {}
 
   ~impl() {
+    agg.reset();
     if (consumer) rd_kafka_destroy(consumer);
     if (dlq_producer) rd_kafka_destroy(dlq_producer);
   }
@@ -244,6 +248,9 @@ struct engine::impl {
     if (m_rebalances) m_rebalances->Add({{"consumergroup", cfg.application_id}}).Increment();
     bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+      // Offsets sent with a transaction carry the group generation: commit what is
+      // pending under the generation it was consumed in.
+      if (!flush()) return;
       if (cfg.before_assign) {
         std::vector<std::pair<std::string, int32_t>> taken;
         for (int i = 0; i < parts->cnt; ++i) taken.emplace_back(parts->elems[i].topic, parts->elems[i].partition);
@@ -255,8 +262,10 @@ struct engine::impl {
         std::string topic = p.topic;
         std::optional<int64_t> resume;
         bool every_view_known = true;
+        bool table_views = false;
         for (const auto& v : views) {
-          if (v.topic != topic) continue;
+          if (v.is_aggregate() || v.topic != topic) continue;
+          table_views = true;
           auto id = db.find_view(v.name);
           auto stored = db.stored_position(*id, p.partition);
           if (!stored.ok()) {
@@ -271,17 +280,46 @@ struct engine::impl {
           }
         }
         resume = every_view_known ? builder->resume_offset(topic, p.partition) : std::nullopt;
+        bool restoring = false;
+        if (agg && agg->handles(topic)) {
+          // Aggregates resume from the group's committed offset; a topic that also
+          // feeds table views resumes at the lower of the two (each skips what it has).
+          size_t planned_before = agg->planned_count();
+          auto agg_resume = agg->plan_assign(topic, p.partition);
+          if (!agg_resume.ok()) {
+            set_fatal(agg_resume.error().to_string());
+            return;
+          }
+          restoring = agg->planned_count() > planned_before;
+          if (!table_views) resume = agg_resume.value();
+          else if (!resume || !agg_resume.value()) resume = std::nullopt;
+          else resume = std::min(*resume, *agg_resume.value());
+        }
         p.offset = resume ? *resume : RD_KAFKA_OFFSET_BEGINNING;
         int64_t low = 0, high = -1;
         auto werr = rd_kafka_query_watermark_offsets(rk, topic.c_str(), p.partition, &low, &high, 5000);
+        // A topic kstate just created (repartition) may have no leader for a moment.
+        for (int attempt = 0; werr && attempt < 50; ++attempt) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          werr = rd_kafka_query_watermark_offsets(rk, topic.c_str(), p.partition, &low, &high, 5000);
+        }
         if (werr) log()->warn("watermarks of {}-{}: {}", topic, p.partition, rd_kafka_err2str(werr));
         int64_t at = resume.value_or(0);
         applied[{topic, p.partition}] = at;
-        added.push_back({topic, p.partition, high, high >= 0 && (at >= high || high == low), at});
+        added.push_back({topic, p.partition, high, !restoring && high >= 0 && (at >= high || high == low), at});
         log()->info("assigned {}-{}: resuming at {}, catching up to {}", topic, p.partition,
                     resume ? std::to_string(*resume) : std::string("beginning"), high);
       }
       ownership.assign(added);
+      if (agg) {
+        // Stores behind the committed offsets catch up from their changelogs before
+        // their input is consumed; /readyz shows the progress meanwhile.
+        if (auto s = agg->restore_planned(); !s.ok()) {
+          set_fatal("restoring from changelog: " + s.to_string());
+          return;
+        }
+        stats.restored = agg->restored_records();
+      }
       rd_kafka_error_t* e = nullptr;
       rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
       if (cooperative) e = rd_kafka_incremental_assign(rk, parts);
@@ -298,6 +336,7 @@ struct engine::impl {
         auto& p = parts->elems[i];
         ownership.revoke(p.topic, p.partition);
         builder->forget_partition(p.topic, p.partition);
+        if (agg) agg->forget(p.topic, p.partition);
         applied.erase({p.topic, p.partition});
         log()->info("revoked {}-{}", p.topic, p.partition);
       }
@@ -364,6 +403,16 @@ struct engine::impl {
       set_fatal("dead letters could not be delivered; stopping rather than losing them");
       return false;
     }
+    if (agg) {
+      std::string why;
+      switch (agg->commit(builder->batch(), why)) {
+        case agg_pipeline::outcome::committed: break;
+        case agg_pipeline::outcome::aborted: ++stats.aborted; break;
+        case agg_pipeline::outcome::fatal:
+          set_fatal("aggregate transaction failed: " + why);
+          return false;
+      }
+    }
     if (!builder->batch().empty()) {
       auto s = db.write(builder->batch());
       if (!s.ok()) {
@@ -392,7 +441,10 @@ struct engine::impl {
       m_batch_records->Observe(static_cast<double>(builder->pending_records()));
       m_apply_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
-    for (const auto& [tp, next] : builder->touched()) {
+    auto touched = builder->touched();
+    if (agg)
+      for (const auto& [tp, next] : agg->take_consumed()) touched[tp] = std::max(touched[tp], next);
+    for (const auto& [tp, next] : touched) {
       applied[tp] = next;
       // Positions move with every batch; watermarks refresh once a second.
       ownership.update_progress(tp.first, tp.second, next, -1);
@@ -429,7 +481,9 @@ struct engine::impl {
     if (applied.empty()) return;
     tpl_ptr list(rd_kafka_topic_partition_list_new(static_cast<int>(applied.size())));
     for (const auto& [tp, next] : applied)
-      if (next > 0) rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+      // Aggregate inputs: the committed offset is the pipeline's (it moves with the
+      // outputs), never overwritten here.
+      if (next > 0 && !(agg && agg->handles(tp.first))) rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
     if (list->cnt == 0) return;
     auto err = rd_kafka_commit(consumer, list.get(), sync ? 0 : 1);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -470,6 +524,15 @@ struct engine::impl {
         if (m->key) r.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
         if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
         builder->add(r);
+        if (agg && agg->handles(r.topic)) {
+          try {
+            agg->add(r);
+          } catch (const std::exception& e) {
+            rd_kafka_message_destroy(m);
+            set_fatal(std::string("applying aggregate: ") + e.what());
+            break;
+          }
+        }
         rd_kafka_message_destroy(m);
       }
       pending = builder->pending_records() > 0;
@@ -480,6 +543,7 @@ struct engine::impl {
       if (clock::now() - last_commit >= cfg.commit_interval) commit_positions(false);
       if (clock::now() - last_progress >= std::chrono::seconds(1)) publish_progress();
       if (dlq_producer) rd_kafka_poll(dlq_producer, 0);
+      if (agg) agg->poll();
     }
   }
 };
@@ -500,6 +564,7 @@ engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, 
                prometheus::Registry* metrics, change_notifier* notifier)
     : impl_(std::make_unique<impl>(std::move(cfg), std::move(views), db, ownership)) {
   impl_->notifier = notifier;
+  impl_->metrics = metrics;
   if (metrics) {
     impl_->m_consumed = &prometheus::BuildCounter().Name("kstate_ingest_records_consumed_total")
                              .Help("Records consumed from source topics").Register(*metrics);
@@ -528,8 +593,10 @@ status engine::start() {
   auto& i = *impl_;
   i.builder = std::make_unique<batch_builder>(i.db, i.views);
   std::set<std::string> dlq_topics;
+  std::vector<const view_def*> aggregates;
   for (const auto& v : i.views) {
-    i.topics.insert(v.topic);
+    i.topics.insert(v.input_topic());
+    if (v.is_aggregate()) aggregates.push_back(&v);
     if (!v.dead_letter_topic.empty()) dlq_topics.insert(v.dead_letter_topic);
   }
   if (auto s = i.create_consumer(); !s.ok()) return s;
@@ -539,6 +606,10 @@ status engine::start() {
   if (!dlq_topics.empty()) {
     if (auto s = i.load_partition_counts(dlq_topics, i.dlq_producer); !s.ok())
       return not_found_error("dead-letter " + s.message());
+  }
+  if (!aggregates.empty()) {
+    i.agg = std::make_unique<agg_pipeline>(i.cfg, std::move(aggregates), i.db, i.ownership, *i.builder, i.metrics);
+    if (auto s = i.agg->start(i.consumer, i.topics); !s.ok()) return s;
   }
   tpl_ptr subs(rd_kafka_topic_partition_list_new(static_cast<int>(i.topics.size())));
   for (const auto& t : i.topics) rd_kafka_topic_partition_list_add(subs.get(), t.c_str(), RD_KAFKA_PARTITION_UA);
@@ -565,6 +636,7 @@ void engine::stop() {
     auto err = rd_kafka_consumer_close(i.consumer);
     if (err) log()->warn("closing consumer: {}", rd_kafka_err2str(err));
   }
+  if (i.agg) i.agg->close();
   i.ownership.revoke_all();
   log()->info("stopped after consuming {} records", i.stats.consumed.load());
 }

@@ -498,12 +498,20 @@ http_response api::readyz(const http_request&, const captures&) const {
   bool ready = !draining && ctx_.ownership->all_ready();
   json parts = json::array();
   std::set<std::string> topics;
-  for (const auto& v : ctx_.queries->views()) topics.insert(v.topic);
+  for (const auto& v : ctx_.queries->views()) {
+    topics.insert(v.topic);
+    topics.insert(v.input_topic());
+  }
   for (const auto& topic : topics) {
     auto t = ctx_.ownership->topic(topic);
     if (!t) continue;
-    for (const auto& [p, st] : t->partitions)
-      if (st.assigned) parts.push_back({{"topic", topic}, {"partition", p}, {"ready", st.ready}});
+    for (const auto& [p, st] : t->partitions) {
+      if (!st.assigned) continue;
+      json part{{"topic", topic}, {"partition", p}, {"ready", st.ready}};
+      // An aggregate partition catching up from its changelog says how far it is.
+      if (st.restore_total >= 0) part["restore"] = {{"restored", st.restored}, {"total", st.restore_total}};
+      parts.push_back(std::move(part));
+    }
   }
   auto r = json_response(ready ? 200 : 503, {{"ready", ready}, {"draining", draining}, {"partitions", parts}});
   if (!ready) r.with_header("Retry-After", "1");
@@ -533,13 +541,20 @@ http_response api::metrics(const http_request& req, const captures&) const {
 }
 
 json api::store_json(const view_def& v) const {
-  return {{"name", v.name},
+  json out{{"name", v.name},
           {"kind", to_string(v.kind)},
           {"topic", v.topic},
           {"key_format", to_string(v.key_format)},
           {"value_format", to_string(v.value_format)},
           {"partitioner", v.partitioner},
           {"partitions", ctx_.ownership->partition_count(v.topic)}};
+  if (v.is_aggregate()) {
+    out["source"] = v.input_topic();
+    out["group_by"] = v.group_by == group_by_kind::json ? "json:" + v.group_path : std::string(to_string(v.group_by));
+    out["changelog_topic"] = v.changelog_topic;
+    if (v.rekeyed()) out["repartition_topic"] = v.repartition_topic;
+  }
+  return out;
 }
 
 http_response api::list_stores(const http_request&, const captures& c) const {
@@ -561,6 +576,11 @@ http_response api::describe_store(const http_request& req, const captures& c) co
                      {"ready", p.ready},
                      {"position", p.position ? json(*p.position) : json(nullptr)},
                      {"catch_up_target", p.catch_up_target}});
+    if (auto t = ctx_.ownership->topic(info.def->topic)) {
+      auto st = t->partitions.find(p.partition);
+      if (st != t->partitions.end() && st->second.assigned && st->second.restore_total >= 0)
+        parts.back()["restore"] = {{"restored", st->second.restored}, {"total", st->second.restore_total}};
+    }
     if (p.position) pos[p.partition] = *p.position;
   }
   body["assigned_partitions"] = parts;

@@ -113,6 +113,8 @@ status app::start() {
   auto opened = storage::db::open(i.cfg.rocksdb, names);
   if (!opened.ok()) return opened.error();
   i.db = std::move(opened.value());
+  if (auto id = i.db->instance_id(); id.ok()) i.cfg.ingest.instance_id = id.value();
+  else return id.error();
   i.queries = std::make_unique<query::engine>(i.cfg.views, *i.db, i.ownership, std::move(partitioners));
   i.waiter = std::make_unique<query::freshness_waiter>(*i.queries, i.notifier);
 
@@ -188,7 +190,12 @@ status app::start() {
   }
   if (!started.ok()) return started;
   if (i.cfg.standby_replicas > 0) {
-    i.standby = std::make_unique<ingest::standby_engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.membership,
+    // Standby copies follow source topics: table views only (an aggregate's copy would
+    // have to follow its changelog, which standbys do not read yet).
+    std::vector<view_def> tables;
+    for (const auto& v : i.cfg.views)
+      if (!v.is_aggregate()) tables.push_back(v);
+    i.standby = std::make_unique<ingest::standby_engine>(i.cfg.ingest, tables, *i.db, i.ownership, i.membership,
                                                          i.cfg.advertised_endpoint, i.cfg.standby_replicas,
                                                          &i.notifier);
     if (auto s = i.standby->start(); !s.ok()) return s;

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <map>
@@ -115,18 +116,112 @@ void parse_cors(const YAML::Node& n, cors_config& cors) {
   if (n["max_age_s"]) cors.max_age_s = get_number<int>(n["max_age_s"], "http.cors.max_age_s", 0, 86'400);
 }
 
+// The aggregate-only keys of a view: group_by, value, reduce, fields, repartition and
+// changelog settings, cache.
+void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v) {
+  auto path_ok = [](const std::string& p) {
+    if (p.empty() || p.front() == '.' || p.back() == '.') return false;
+    return p.find("..") == std::string::npos;
+  };
+  if (auto g = n["group_by"]) {
+    if (g.IsScalar()) {
+      auto s = g.as<std::string>();
+      if (s == "key") v.group_by = group_by_kind::key;
+      else if (s == "words") v.group_by = group_by_kind::words;
+      else fail(where + ".group_by", "must be key, words or {json: <path>} (got '" + s + "')");
+    } else if (g.IsMap()) {
+      check_keys(g, where + ".group_by", {"json"});
+      if (!g["json"]) fail(where + ".group_by.json", "is required: the dotted path of the field to group by");
+      v.group_by = group_by_kind::json;
+      v.group_path = get_string(g["json"], where + ".group_by.json");
+      if (!path_ok(v.group_path)) fail(where + ".group_by.json", "must be a dotted path such as user.id (got '" + v.group_path + "')");
+    } else {
+      fail(where + ".group_by", "must be key, words or {json: <path>}");
+    }
+  }
+  if (n["value"]) {
+    v.value_path = get_string(n["value"], where + ".value");
+    if (!path_ok(v.value_path)) fail(where + ".value", "must be a dotted path such as order.amount (got '" + v.value_path + "')");
+  }
+  if (v.kind == view_kind::reduce) {
+    if (!n["reduce"]) fail(where + ".reduce", "is required for kind reduce: latest, min or max");
+    auto r = get_string(n["reduce"], where + ".reduce");
+    if (!parse_reduce_op(r, v.reduce)) fail(where + ".reduce", "must be one of: latest, min, max (got '" + r + "')");
+  } else if (n["reduce"]) {
+    fail(where + ".reduce", "applies to kind reduce only");
+  }
+  if (v.kind == view_kind::aggregate) {
+    if (auto f = n["fields"]) {
+      if (!f.IsSequence() || f.size() == 0) fail(where + ".fields", "must be a list of count, sum, min, max, mean");
+      for (size_t i = 0; i < f.size(); ++i) {
+        auto s = get_string(f[i], where + ".fields[" + std::to_string(i) + "]");
+        agg_field af;
+        if (!parse_agg_field(s, af))
+          fail(where + ".fields[" + std::to_string(i) + "]", "must be one of: count, sum, min, max, mean (got '" + s + "')");
+        if (std::find(v.fields.begin(), v.fields.end(), af) != v.fields.end())
+          fail(where + ".fields[" + std::to_string(i) + "]", "duplicate field '" + s + "'");
+        v.fields.push_back(af);
+      }
+    } else {
+      v.fields = {agg_field::count, agg_field::sum, agg_field::min, agg_field::max, agg_field::mean};
+    }
+    auto has = [&](agg_field x) { return std::find(v.fields.begin(), v.fields.end(), x) != v.fields.end(); };
+    if (has(agg_field::mean) && !(has(agg_field::count) && has(agg_field::sum)))
+      fail(where + ".fields", "mean needs count and sum in the list too (it is derived from them)");
+  } else if (n["fields"]) {
+    fail(where + ".fields", "applies to kind aggregate only");
+  }
+  if (v.group_by == group_by_kind::words && v.kind != view_kind::count)
+    fail(where + ".group_by", "words can only be counted (kind count), got kind " + std::string(to_string(v.kind)));
+  if (v.group_by == group_by_kind::words && !v.value_path.empty())
+    fail(where + ".value", "does not apply to group_by words");
+  if (n["repartition_partitions"]) {
+    if (v.group_by == group_by_kind::key) fail(where + ".repartition_partitions", "applies to re-keyed views only (group_by json or words)");
+    v.repartition_partitions = get_number<int32_t>(n["repartition_partitions"], where + ".repartition_partitions", 1, 100'000);
+  }
+  if (n["replication_factor"])
+    v.replication_factor = get_number<int>(n["replication_factor"], where + ".replication_factor", -1, 32);
+  if (auto c = n["changelog_configs"]) {
+    if (!c.IsMap()) fail(where + ".changelog_configs", "must map topic config names to values");
+    for (const auto& kv : c) {
+      auto k = kv.first.as<std::string>();
+      if (k == "cleanup.policy") fail(where + ".changelog_configs.cleanup.policy", "is set by kstate (compact)");
+      v.changelog_configs[k] = get_string(kv.second, where + ".changelog_configs." + k);
+    }
+  }
+  if (n["cache"]) {
+    if (!n["cache"].IsScalar()) fail(where + ".cache", "must be true or false");
+    try {
+      v.cache = n["cache"].as<bool>();
+    } catch (const YAML::Exception&) {
+      fail(where + ".cache", "must be true or false (got '" + n["cache"].Scalar() + "')");
+    }
+  }
+}
+
 view_def parse_view(const YAML::Node& n, const std::string& where) {
-  check_keys(n, where, {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic"});
+  check_keys(n, where, {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic",
+                        "group_by", "value", "reduce", "fields", "repartition_partitions", "replication_factor",
+                        "changelog_configs", "cache"});
   view_def v;
   if (!n["name"]) fail(where + ".name", "is required");
   v.name = get_string(n["name"], where + ".name");
   if (!std::regex_match(v.name, name_pattern()))
     fail(where + ".name", "must match [A-Za-z0-9][A-Za-z0-9._-]* (got '" + v.name + "')");
   std::string kind = n["kind"] ? get_string(n["kind"], where + ".kind") : "table";
-  if (kind != "table") fail(where + ".kind", "must be one of: table (got '" + kind + "')");
+  if (!parse_view_kind(kind, v.kind))
+    fail(where + ".kind", "must be one of: table, count, sum, reduce, aggregate (got '" + kind + "')");
   if (!n["topic"]) fail(where + ".topic", "is required");
   v.topic = get_string(n["topic"], where + ".topic");
   if (v.topic.empty()) fail(where + ".topic", "must not be empty");
+  v.source = v.topic;
+  if (v.is_aggregate()) {
+    parse_aggregate(n, where, v);
+  } else {
+    for (const char* k : {"group_by", "value", "reduce", "fields", "repartition_partitions", "replication_factor",
+                          "changelog_configs", "cache"})
+      if (n[k]) fail(where + "." + k, "applies to aggregate views only (kind count, sum, reduce, aggregate)");
+  }
   auto format = [&](const char* key, data_format& out) {
     if (!n[key]) return;
     auto s = get_string(n[key], where + "." + key);
@@ -134,7 +229,11 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
   };
   format("key_format", v.key_format);
   format("value_format", v.value_format);
+  if (v.is_aggregate() && v.value_format != data_format::json)
+    fail(where + ".value_format", "an aggregate's values are JSON (got '" + std::string(to_string(v.value_format)) +
+                                      "'); what it reads is set by group_by and value");
   if (n["partitioner"]) {
+    if (v.rekeyed()) fail(where + ".partitioner", "re-keyed views are partitioned by kstate (murmur2)");
     v.partitioner = get_string(n["partitioner"], where + ".partitioner");
     if (v.partitioner != "murmur2" && v.partitioner != "consistent" && v.partitioner != "fnv1a")
       fail(where + ".partitioner", "must be one of: murmur2, consistent, fnv1a (got '" + v.partitioner + "')");
@@ -147,7 +246,14 @@ app_config parse(const YAML::Node& root) {
   app_config c;
   if (!root || root.IsNull()) fail("", "the configuration is empty");
   check_keys(root, "", {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest",
-                        "rocksdb", "kafka", "views", "query", "standby_replicas", "auth"});
+                        "rocksdb", "kafka", "views", "query", "standby_replicas", "auth",
+                        "processing_guarantee"});
+  if (root["processing_guarantee"]) {
+    auto g = get_string(root["processing_guarantee"], "processing_guarantee");
+    if (g == "exactly_once") c.ingest.exactly_once = true;
+    else if (g == "at_least_once") c.ingest.exactly_once = false;
+    else fail("processing_guarantee", "must be one of: exactly_once, at_least_once (got '" + g + "')");
+  }
   if (root["standby_replicas"])
     c.standby_replicas = get_number<int>(root["standby_replicas"], "standby_replicas", 0, 9);
   if (!root["application_id"]) fail("application_id", "is required");
@@ -264,7 +370,8 @@ app_config parse(const YAML::Node& root) {
           {"auto.offset.reset", "partitions without stored state are read from the beginning"},
           {"enable.partition.eof", "readiness depends on it"},
           {"partition.assignment.strategy", "kstate uses cooperative-sticky"},
-          {"enable.idempotence", "dead letters are produced idempotently"}};
+          {"enable.idempotence", "dead letters are produced idempotently"},
+          {"transactional.id", "kstate derives it from application_id and the state directory"}};
       if (auto it = owned.find(key); it != owned.end())
         fail("kafka." + key, "is set by kstate and cannot be overridden (" + it->second + ")");
       c.ingest.kafka[key] = get_string(kv.second, "kafka." + key);
@@ -277,8 +384,22 @@ app_config parse(const YAML::Node& root) {
     auto where = "views[" + std::to_string(i) + "]";
     auto v = parse_view(root["views"][i], where);
     if (!names.insert(v.name).second) fail(where + ".name", "duplicate view name '" + v.name + "'");
+    if (v.is_aggregate()) {
+      // Topics kstate creates for the view (docs/exactly-once.md).
+      v.changelog_topic = c.application_id + "-" + v.name + "-changelog";
+      if (v.rekeyed()) {
+        v.repartition_topic = c.application_id + "-" + v.name + "-repartition";
+        v.topic = v.repartition_topic;  // the store's partitions are the repartition topic's
+        v.partitioner = "murmur2";
+      }
+    }
     c.views.push_back(std::move(v));
   }
+
+  auto iso = c.ingest.kafka.find("isolation.level");
+  bool any_aggregate = std::any_of(c.views.begin(), c.views.end(), [](const view_def& v) { return v.is_aggregate(); });
+  if (any_aggregate && c.ingest.exactly_once && iso != c.ingest.kafka.end() && iso->second != "read_committed")
+    fail("kafka.isolation.level", "must be read_committed with processing_guarantee exactly_once");
 
   for (const auto& [name, o] : c.rocksdb.per_store)
     if (!names.count(name)) fail("rocksdb.stores." + name, "names no configured view");
@@ -306,7 +427,7 @@ bool is_secret(const std::string& key) {
 const std::set<std::string>& top_level_keys() {
   static const std::set<std::string> keys{"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint",
                                           "http", "ingest", "rocksdb", "kafka", "views", "query", "standby_replicas",
-                                          "auth"};
+                                          "auth", "processing_guarantee"};
   return keys;
 }
 
@@ -424,6 +545,7 @@ std::string render_config(const app_config& c) {
   e << YAML::Key << "state_dir" << YAML::Value << c.state_dir;
   e << YAML::Key << "advertised_endpoint" << YAML::Value << c.advertised_endpoint;
   e << YAML::Key << "standby_replicas" << YAML::Value << c.standby_replicas;
+  e << YAML::Key << "processing_guarantee" << YAML::Value << (c.ingest.exactly_once ? "exactly_once" : "at_least_once");
   e << YAML::Key << "http" << YAML::Value << YAML::BeginMap
     << YAML::Key << "listen" << YAML::Value << (c.http.listen_address + ":" + std::to_string(c.http.port))
     << YAML::Key << "threads" << YAML::Value << c.http.threads
@@ -498,11 +620,31 @@ std::string render_config(const app_config& c) {
   for (const auto& v : c.views) {
     e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << v.name
       << YAML::Key << "kind" << YAML::Value << to_string(v.kind)
-      << YAML::Key << "topic" << YAML::Value << v.topic
+      << YAML::Key << "topic" << YAML::Value << v.input_topic()
       << YAML::Key << "key_format" << YAML::Value << to_string(v.key_format)
-      << YAML::Key << "value_format" << YAML::Value << to_string(v.value_format)
-      << YAML::Key << "partitioner" << YAML::Value << v.partitioner;
+      << YAML::Key << "value_format" << YAML::Value << to_string(v.value_format);
+    if (!v.rekeyed()) e << YAML::Key << "partitioner" << YAML::Value << v.partitioner;
     if (!v.dead_letter_topic.empty()) e << YAML::Key << "dead_letter_topic" << YAML::Value << v.dead_letter_topic;
+    if (v.is_aggregate()) {
+      e << YAML::Key << "group_by" << YAML::Value;
+      if (v.group_by == group_by_kind::json) e << YAML::BeginMap << YAML::Key << "json" << YAML::Value << v.group_path << YAML::EndMap;
+      else e << to_string(v.group_by);
+      if (!v.value_path.empty()) e << YAML::Key << "value" << YAML::Value << v.value_path;
+      if (v.kind == view_kind::reduce) e << YAML::Key << "reduce" << YAML::Value << to_string(v.reduce);
+      if (v.kind == view_kind::aggregate) {
+        e << YAML::Key << "fields" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+        for (auto f : v.fields) e << to_string(f);
+        e << YAML::EndSeq;
+      }
+      if (v.repartition_partitions > 0) e << YAML::Key << "repartition_partitions" << YAML::Value << v.repartition_partitions;
+      e << YAML::Key << "replication_factor" << YAML::Value << v.replication_factor;
+      if (!v.changelog_configs.empty()) {
+        e << YAML::Key << "changelog_configs" << YAML::Value << YAML::BeginMap;
+        for (const auto& [k, val] : v.changelog_configs) e << YAML::Key << k << YAML::Value << val;
+        e << YAML::EndMap;
+      }
+      e << YAML::Key << "cache" << YAML::Value << v.cache;
+    }
     e << YAML::EndMap;
   }
   e << YAML::EndSeq << YAML::EndMap;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <random>
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
@@ -154,6 +155,12 @@ void write_batch::set_position(view_id view, int32_t partition, int64_t next_off
   auto k = encode_position_key(impl_->owner->view_names.at(view), partition);
   auto s = impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset));
   if (!s.ok()) throw std::runtime_error("write_batch::set_position: " + s.ToString());
+}
+
+void write_batch::set_named_position(std::string_view name, int32_t partition, int64_t next_offset) {
+  auto k = encode_position_key(name, partition);
+  auto s = impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset));
+  if (!s.ok()) throw std::runtime_error("write_batch::set_named_position: " + s.ToString());
 }
 
 size_t write_batch::operation_count() const { return static_cast<size_t>(impl_->batch.Count()); }
@@ -317,6 +324,33 @@ result<std::optional<int64_t>> db::stored_position(view_id view, int32_t partiti
   auto off = decode_offset(v);
   if (!off) return status(status_code::corruption, "position record has " + std::to_string(v.size()) + " bytes");
   return std::optional<int64_t>(*off);
+}
+
+result<std::optional<int64_t>> db::stored_named_position(std::string_view name, int32_t partition) const {
+  std::string v;
+  auto s = impl_->rdb->Get(rocksdb::ReadOptions(), impl_->meta, encode_position_key(name, partition), &v);
+  if (s.IsNotFound()) return std::optional<int64_t>();
+  if (!s.ok()) return from_rocks(s, "reading position");
+  auto off = decode_offset(v);
+  if (!off) return status(status_code::corruption, "position record has " + std::to_string(v.size()) + " bytes");
+  return std::optional<int64_t>(*off);
+}
+
+result<std::string> db::instance_id() {
+  static constexpr const char* key = "instance-id";
+  std::string v;
+  auto s = impl_->rdb->Get(rocksdb::ReadOptions(), impl_->meta, key, &v);
+  if (s.ok()) return v;
+  if (!s.IsNotFound()) return from_rocks(s, "reading instance id");
+  std::random_device rd;
+  uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(r));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  auto w = impl_->rdb->Put(wo, impl_->meta, key, buf);
+  if (!w.ok()) return from_rocks(w, "writing instance id");
+  return std::string(buf);
 }
 
 result<get_result> db::get(view_id view, int32_t partition, std::string_view key) const {

@@ -357,6 +357,7 @@ kstate_process::kstate_process(std::string application_id, std::vector<view> vie
     cfg << "  - {name: " << v.name << ", topic: " << v.topic << ", value_format: " << v.value_format
         << ", key_format: " << v.key_format;
     if (!v.dead_letter_topic.empty()) cfg << ", dead_letter_topic: " << v.dead_letter_topic;
+    if (!v.extra.empty()) cfg << ", " << v.extra;
     cfg << "}\n";
   }
 }

@@ -108,6 +108,8 @@ class kstate_process {
     std::string value_format = "json";
     std::string dead_letter_topic;
     std::string key_format = "string";
+    // More keys of the view's flow mapping, e.g. "kind: count, group_by: words".
+    std::string extra;
   };
   // `extra_yaml` is appended to the generated config (top-level keys).
   kstate_process(std::string application_id, std::vector<view> views, std::string state_dir,

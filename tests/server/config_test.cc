@@ -75,7 +75,8 @@ TEST_CASE("invalid configs: one clear error naming the key") {
       {"application_id: a\nbootstrap_servers: b\nviews: [{topic: t}]", "views[0].name: is required"},
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, value_format: xml}]",
        "views[0].value_format: must be one of: string, json, bytes (got 'xml')"},
-      {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, kind: count}]", "views[0].kind: must be one of: table"},
+      {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, kind: median}]",
+       "views[0].kind: must be one of: table, count, sum, reduce, aggregate (got 'median')"},
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, partitioner: random}]",
        "views[0].partitioner: must be one of: murmur2, consistent, fnv1a"},
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t}, {name: v, topic: u}]",
@@ -238,4 +239,97 @@ TEST_CASE("http.tls and http.cors are read and checked") {
     REQUIRE_FALSE(bad.ok());
     CHECK(bad.error().message().find(r.error) != std::string::npos);
   }
+}
+
+TEST_CASE("aggregate views: kinds, group_by, derived topic names") {
+  auto c = parse_config(R"(
+application_id: app
+bootstrap_servers: b
+views:
+  - {name: wc, kind: count, topic: lines, group_by: words}
+  - {name: spend, kind: sum, topic: orders, group_by: {json: user.id}, value: amount, repartition_partitions: 3,
+     replication_factor: 1, changelog_configs: {segment.ms: "60000"}, cache: true}
+  - {name: hi, kind: reduce, reduce: max, topic: orders}
+  - {name: stats, kind: aggregate, topic: orders, fields: [count, sum, mean]}
+  - {name: users, topic: users}
+)");
+  REQUIRE_MESSAGE(c.ok(), c.error().message());
+  CHECK(c->ingest.exactly_once);
+  const auto& wc = c->views[0];
+  CHECK(wc.kind == view_kind::count);
+  CHECK(wc.group_by == group_by_kind::words);
+  CHECK(wc.input_topic() == "lines");
+  CHECK(wc.topic == "app-wc-repartition");
+  CHECK(wc.repartition_topic == "app-wc-repartition");
+  CHECK(wc.changelog_topic == "app-wc-changelog");
+  const auto& spend = c->views[1];
+  CHECK(spend.group_by == group_by_kind::json);
+  CHECK(spend.group_path == "user.id");
+  CHECK(spend.value_path == "amount");
+  CHECK(spend.repartition_partitions == 3);
+  CHECK(spend.cache);
+  CHECK(spend.changelog_configs.at("segment.ms") == "60000");
+  const auto& hi = c->views[2];
+  CHECK(hi.reduce == reduce_op::max);
+  CHECK(hi.topic == "orders");  // group_by key: no repartition, the store follows the source
+  CHECK(hi.repartition_topic.empty());
+  CHECK(hi.changelog_topic == "app-hi-changelog");
+  CHECK(c->views[3].fields == std::vector<agg_field>{agg_field::count, agg_field::sum, agg_field::mean});
+  CHECK(!c->views[4].is_aggregate());
+  CHECK(c->views[4].input_topic() == "users");
+
+  // The rendered config reads back to the same views.
+  auto again = parse_config(render_config(*c));
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  CHECK(again->views[1].topic == "app-spend-repartition");
+  CHECK(again->views[1].input_topic() == "orders");
+  CHECK(again->views[3].fields == c->views[3].fields);
+
+  auto alo = parse_config("application_id: a\nbootstrap_servers: b\nprocessing_guarantee: at_least_once\n"
+                          "views: [{name: v, kind: count, topic: t}]");
+  REQUIRE(alo.ok());
+  CHECK_FALSE(alo->ingest.exactly_once);
+}
+
+TEST_CASE("invalid aggregate configs: one clear error naming the key") {
+  struct row { const char* view; const char* expected; };
+  const row rows[] = {
+      {"{name: v, topic: t, kind: count, group_by: letters}", "views[0].group_by: must be key, words or {json: <path>}"},
+      {"{name: v, topic: t, kind: count, group_by: {json: ''}}", "views[0].group_by.json: must be a dotted path"},
+      {"{name: v, topic: t, kind: count, group_by: {path: a}}", "views[0].group_by.path: unknown key"},
+      {"{name: v, topic: t, kind: sum, group_by: words}", "views[0].group_by: words can only be counted"},
+      {"{name: v, topic: t, kind: reduce}", "views[0].reduce: is required for kind reduce"},
+      {"{name: v, topic: t, kind: reduce, reduce: median}", "views[0].reduce: must be one of: latest, min, max"},
+      {"{name: v, topic: t, kind: sum, reduce: min}", "views[0].reduce: applies to kind reduce only"},
+      {"{name: v, topic: t, kind: aggregate, fields: [count, p99]}", "views[0].fields[1]: must be one of"},
+      {"{name: v, topic: t, kind: aggregate, fields: [mean]}", "views[0].fields: mean needs count and sum"},
+      {"{name: v, topic: t, kind: aggregate, fields: [sum, sum]}", "views[0].fields[1]: duplicate field"},
+      {"{name: v, topic: t, kind: count, fields: [sum]}", "views[0].fields: applies to kind aggregate only"},
+      {"{name: v, topic: t, group_by: words}", "views[0].group_by: applies to aggregate views only"},
+      {"{name: v, topic: t, kind: sum, value: 'a..b'}", "views[0].value: must be a dotted path"},
+      {"{name: v, topic: t, kind: count, repartition_partitions: 3}", "views[0].repartition_partitions: applies to re-keyed views"},
+      {"{name: v, topic: t, kind: count, group_by: words, repartition_partitions: 0}",
+       "views[0].repartition_partitions: must be between 1"},
+      {"{name: v, topic: t, kind: count, cache: sometimes}", "views[0].cache: must be true or false"},
+      {"{name: v, topic: t, kind: count, value_format: string}", "views[0].value_format: an aggregate's values are JSON"},
+      {"{name: v, topic: t, kind: count, group_by: words, partitioner: fnv1a}", "views[0].partitioner: re-keyed views"},
+      {"{name: v, topic: t, kind: count, changelog_configs: {cleanup.policy: delete}}",
+       "views[0].changelog_configs.cleanup.policy: is set by kstate"},
+  };
+  for (const auto& r : rows) {
+    std::string yaml = std::string("application_id: a\nbootstrap_servers: b\nviews: [") + r.view + "]";
+    INFO(yaml);
+    auto c = parse_config(yaml, "test.yaml");
+    REQUIRE_FALSE(c.ok());
+    INFO(c.error().message());
+    CHECK(c.error().message().find(r.expected) != std::string::npos);
+  }
+  auto g = parse_config("application_id: a\nbootstrap_servers: b\nprocessing_guarantee: twice\n"
+                        "views: [{name: v, topic: t}]", "test.yaml");
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.error().message().find("processing_guarantee: must be one of: exactly_once, at_least_once") != std::string::npos);
+  auto iso = parse_config("application_id: a\nbootstrap_servers: b\nkafka: {isolation.level: read_uncommitted}\n"
+                          "views: [{name: v, kind: count, topic: t}]", "test.yaml");
+  REQUIRE_FALSE(iso.ok());
+  CHECK(iso.error().message().find("kafka.isolation.level: must be read_committed") != std::string::npos);
 }

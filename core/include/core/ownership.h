@@ -24,6 +24,11 @@ struct partition_state {
   // consumer (-1 while unknown). Lag = high_watermark - applied.
   int64_t applied = -1;
   int64_t high_watermark = -1;
+  // Restore of an aggregate's changelog partition into this partition's store:
+  // changelog records applied so far and how many there are to apply (-1: no restore
+  // running or done since the assignment).
+  int64_t restored = 0;
+  int64_t restore_total = -1;
 };
 
 struct topic_state {
@@ -48,6 +53,8 @@ class ownership_registry {
   void mark_ready(const std::string& topic, int32_t partition);
   // Progress of an assigned partition (ingest updates it about once a second).
   void update_progress(const std::string& topic, int32_t partition, int64_t applied, int64_t high_watermark);
+  // Progress of a changelog restore of an assigned partition (ingest, any time).
+  void update_restore(const std::string& topic, int32_t partition, int64_t restored, int64_t total);
   void revoke_all();
   // Called on every rebalance callback, even one that assigns nothing: an instance
   // with no partitions (more instances than partitions) is still ready.

@@ -2,34 +2,85 @@
 // view_def: a view as configured, the vocabulary shared by ingest (which materializes
 // it) and query (which answers from it).
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kstate {
 
 enum class data_format { string, json, bytes };
-enum class view_kind { table };
+// table: latest value per key. count, sum, reduce, aggregate: per-key aggregates of a
+// stream, optionally re-keyed (group_by), changelogged (see docs/exactly-once.md).
+enum class view_kind { table, count, sum, reduce, aggregate };
+// Where an aggregate's key comes from: the record key (no repartition), a field of
+// the JSON value, or each word of the value (one record per word).
+enum class group_by_kind { key, json, words };
+// What `reduce` keeps of the numbers it sees.
+enum class reduce_op { latest, min, max };
+// The parts of an `aggregate` view's JSON object.
+enum class agg_field { count, sum, min, max, mean };
 
 const char* to_string(data_format f) noexcept;
 const char* to_string(view_kind k) noexcept;
+const char* to_string(group_by_kind g) noexcept;
+const char* to_string(reduce_op r) noexcept;
+const char* to_string(agg_field f) noexcept;
 bool parse_data_format(std::string_view s, data_format& out) noexcept;
+bool parse_view_kind(std::string_view s, view_kind& out) noexcept;
+bool parse_reduce_op(std::string_view s, reduce_op& out) noexcept;
+bool parse_agg_field(std::string_view s, agg_field& out) noexcept;
 
 struct view_def {
   // Store name, used in URLs (/v1/stores/{name}) and as the RocksDB column family.
   std::string name;
   view_kind kind = view_kind::table;
-  // Source topic.
+  // The topic whose partitions the store's partitions are: a table's source topic; an
+  // aggregate's repartition topic (re-keyed views) or its source topic (group_by key).
+  // Routing and ownership are by this topic.
   std::string topic;
+  // The topic records are read from. Equal to `topic` except for re-keyed aggregates.
+  std::string source;
   // How record keys are validated and rendered. Default string (UTF-8).
   data_format key_format = data_format::string;
-  // How record values are validated and rendered. Default json.
+  // How record values are validated and rendered. Default json. Aggregates store JSON
+  // whatever the source values are; this is the format of the values they read.
   data_format value_format = data_format::json;
   // Producers' partitioner used to route keys: murmur2 (Java client default),
-  // consistent (librdkafka default, crc32), fnv1a.
+  // consistent (librdkafka default, crc32), fnv1a. Re-keyed aggregates: murmur2.
   std::string partitioner = "murmur2";
   // Topic receiving records this view rejects; empty: none (rejections are only
   // counted and logged).
   std::string dead_letter_topic;
+
+  // --- aggregate views only ---
+  group_by_kind group_by = group_by_kind::key;
+  // group_by json: dotted path of the field whose value is the group key.
+  std::string group_path;
+  // Dotted path of the number to aggregate in a JSON value; empty: the whole value.
+  std::string value_path;
+  // kind reduce: what to keep.
+  reduce_op reduce = reduce_op::latest;
+  // kind aggregate: the fields of the per-key JSON object, in this order.
+  std::vector<agg_field> fields;
+  // `<application.id>-<name>-repartition` for re-keyed views, else empty.
+  std::string repartition_topic;
+  // Partitions of the repartition topic when kstate creates it; 0: as the source.
+  int32_t repartition_partitions = 0;
+  // `<application.id>-<name>-changelog`.
+  std::string changelog_topic;
+  // Replication factor of topics kstate creates; -1: the broker's default.
+  int replication_factor = -1;
+  // Extra topic configs of the changelog (cleanup.policy=compact is always set).
+  std::map<std::string, std::string> changelog_configs;
+  // true: one changelog record per key per batch (the last update, as Kafka Streams'
+  // record cache); false: one changelog record per update. Default false.
+  bool cache = false;
+
+  // The topic records are read from (`source`, or `topic` when it is not set).
+  const std::string& input_topic() const noexcept { return source.empty() ? topic : source; }
+  bool is_aggregate() const noexcept { return kind != view_kind::table; }
+  bool rekeyed() const noexcept { return is_aggregate() && group_by != group_by_kind::key; }
 };
 
 }  // namespace kstate

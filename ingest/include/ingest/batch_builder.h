@@ -60,6 +60,12 @@ class batch_builder {
   // Applies the record to every view of its topic (or records a rejection).
   void add(const record& r);
 
+  // Records a rejection by a view this builder does not apply itself (an aggregate),
+  // counted like its own.
+  void reject(const view_def& view, const record& r, std::string reason);
+  // Counts one application of a record to a view this builder does not apply itself.
+  void note_applied(const std::string& view, std::string_view topic, int32_t partition);
+
   size_t pending_records() const { return pending_; }
   storage::write_batch& batch() { return batch_; }
   const std::vector<rejection>& rejections() const { return rejections_; }

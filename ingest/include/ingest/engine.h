@@ -41,6 +41,17 @@ struct ingest_config {
   // carried in the consumer's client.id so group metadata names it (see
   // ingest/membership.h). Empty: not advertised (the client.id is client_id alone).
   std::string advertised_endpoint;
+  // Aggregate views: true (exactly_once, the default) commits outputs and input
+  // offsets in one Kafka transaction; false (at_least_once) commits the offsets after
+  // the outputs were acknowledged, so a crash may count records twice.
+  bool exactly_once = true;
+  // Stable identity of this instance's state directory (storage::db::instance_id);
+  // the transactional.id is "<application_id>-<instance_id>". Required for
+  // exactly_once aggregates.
+  std::string instance_id;
+  // transaction.timeout.ms of the transactional producer: how long a transaction left
+  // open by a crashed instance blocks read_committed readers. Default 10 s.
+  std::chrono::milliseconds transaction_timeout{10'000};
   // Extra librdkafka properties, passed verbatim to the consumer and producer.
   std::map<std::string, std::string> kafka;
   // Most records applied in one RocksDB write. Default 10,000.
@@ -67,6 +78,8 @@ struct ingest_stats {
   std::atomic<uint64_t> dead_lettered{0};  // rejections delivered to a dead-letter topic
   std::atomic<uint64_t> batches{0};        // RocksDB writes
   std::atomic<uint64_t> rebalances{0};     // assignment changes
+  std::atomic<uint64_t> restored{0};       // changelog records applied to local stores
+  std::atomic<uint64_t> aborted{0};        // transactions aborted (consumer rewound)
 };
 
 // Checks extra librdkafka properties the way the consumer will set them; the error

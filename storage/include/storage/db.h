@@ -71,6 +71,11 @@ class write_batch {
   // including) `next_offset`.
   void set_position(view_id view, int32_t partition, int64_t next_offset);
 
+  // A position under its own name (e.g. "<view>#changelog": how far an aggregate's
+  // changelog partition is reflected), written atomically with the rest of the batch.
+  // Names of views never contain '#', so these never collide with view positions.
+  void set_named_position(std::string_view name, int32_t partition, int64_t next_offset);
+
   size_t operation_count() const;
   size_t byte_size() const;
   bool empty() const { return operation_count() == 0; }
@@ -177,6 +182,14 @@ class db {
   // The stored position of a view's partition: the next offset to consume, or nullopt
   // when the partition has never been applied.
   result<std::optional<int64_t>> stored_position(view_id view, int32_t partition) const;
+
+  // A position written with write_batch::set_named_position, or nullopt.
+  result<std::optional<int64_t>> stored_named_position(std::string_view name, int32_t partition) const;
+
+  // An identifier of this state directory, created (random, 16 hex digits) on first
+  // use and kept with the state: a restarted instance finds the same one. Used to
+  // derive the transactional.id, so a restart fences its own previous incarnation.
+  result<std::string> instance_id();
 
   // Value and position read from one snapshot, so the position describes the value.
   result<get_result> get(view_id view, int32_t partition, std::string_view key) const;

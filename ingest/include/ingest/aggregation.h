@@ -1,0 +1,49 @@
+#pragma once
+// The per-view logic of aggregate views, without Kafka or RocksDB: deriving group keys
+// from a record, and folding a record's value into a key's aggregate.
+//
+// An aggregate's state is the JSON text that is stored, changelogged and served (a
+// number for count/sum/reduce, an object for aggregate), so restoring a key from the
+// changelog is a plain put. A window dimension would extend the group key (key ++
+// window start), not this interface.
+//
+// Thread safety: aggregator is immutable after construction; share it freely.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/view.h"
+
+namespace kstate::ingest {
+
+// The words of a line, lower-cased: maximal runs of word characters (ASCII letters,
+// digits, '_', and every byte of a multi-byte UTF-8 sequence, so non-ASCII letters stay
+// inside their word). Only ASCII letters are lower-cased.
+std::vector<std::string> split_words(std::string_view line);
+
+// The group keys of a record for a view (one for group_by key/json, one per word for
+// words), appended to `out`. Empty string: derived; otherwise why the record has none.
+std::string group_keys(const view_def& view, std::optional<std::string_view> key,
+                       std::optional<std::string_view> value, std::vector<std::string>& out);
+
+class aggregator {
+ public:
+  explicit aggregator(const view_def& view);
+
+  // Why `value` cannot be folded into this view (e.g. not a number for sum), or empty.
+  std::string check(std::optional<std::string_view> value) const;
+
+  struct outcome {
+    std::string state;  // the new aggregate (JSON text) when error is empty
+    std::string error;
+  };
+  // Folds `value` into `current` (nullopt: the key has no aggregate yet).
+  outcome apply(std::optional<std::string_view> current, std::optional<std::string_view> value) const;
+
+ private:
+  view_def view_;
+};
+
+}  // namespace kstate::ingest

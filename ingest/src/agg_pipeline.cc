@@ -1,0 +1,641 @@
+#include "agg_pipeline.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/value_codec.h"
+#include "ingest/partitioner.h"
+
+namespace kstate::ingest {
+namespace {
+
+std::shared_ptr<spdlog::logger> log() {
+  static auto l = [] {
+    if (auto existing = spdlog::get("ingest")) return existing;
+    auto created = spdlog::default_logger()->clone("ingest");
+    spdlog::register_logger(created);
+    return created;
+  }();
+  return l;
+}
+
+void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
+  auto lvl = level <= 3 ? spdlog::level::err : level == 4 ? spdlog::level::warn
+           : level <= 6 ? spdlog::level::info : spdlog::level::debug;
+  log()->log(lvl, "librdkafka {}: {}", fac, buf);
+}
+
+struct conf_deleter { void operator()(rd_kafka_conf_t* c) const { rd_kafka_conf_destroy(c); } };
+using conf_ptr = std::unique_ptr<rd_kafka_conf_t, conf_deleter>;
+struct tpl_deleter { void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); } };
+using tpl_ptr = std::unique_ptr<rd_kafka_topic_partition_list_t, tpl_deleter>;
+struct error_deleter { void operator()(rd_kafka_error_t* e) const { rd_kafka_error_destroy(e); } };
+using error_ptr = std::unique_ptr<rd_kafka_error_t, error_deleter>;
+
+status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v) {
+  char err[512];
+  if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
+    return invalid_argument("kafka property '" + k + "': " + err);
+  return status::ok_status();
+}
+
+// The changelog header carrying the store-topic offset of the record that produced an
+// aggregate, so a restored value reports the same record offset as the original.
+constexpr const char* offset_header = "kstate.offset";
+
+std::string changelog_position_name(const view_def& v) { return v.name + "#changelog"; }
+
+}  // namespace
+
+void agg_delivery_report(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+  auto* self = static_cast<agg_pipeline*>(opaque);
+  if (m->err) {
+    if (!self->delivery_error_) self->delivery_error_ = m->err;
+    log()->warn("delivery to {}-{} failed: {}", rd_kafka_topic_name(m->rkt), m->partition, rd_kafka_err2str(m->err));
+    return;
+  }
+  // Only changelog positions matter; message opaque is non-null for changelog records.
+  if (!m->_private) return;
+  auto& end = self->delivered_end_[{rd_kafka_topic_name(m->rkt), m->partition}];
+  end = std::max(end, m->offset + 1);
+}
+
+agg_pipeline::agg_pipeline(const ingest_config& cfg, std::vector<const view_def*> views, storage::db& db,
+                           ownership_registry& ownership, batch_builder& builder, prometheus::Registry* metrics)
+    : cfg_(cfg), db_(db), ownership_(ownership), builder_(builder), exactly_once_(cfg.exactly_once) {
+  for (const auto* v : views) {
+    auto id = db.find_view(v->name);
+    if (!id) throw std::invalid_argument("view '" + v->name + "' has no column family");
+    views_.push_back(view_state{v, *id, aggregator(*v)});
+  }
+  for (size_t i = 0; i < views_.size(); ++i) {
+    const auto& v = *views_[i].def;
+    if (v.rekeyed()) {
+      stage1_[v.input_topic()].push_back(i);
+      topics_.insert(v.input_topic());
+    }
+    stage2_[v.topic].push_back(i);
+    topics_.insert(v.topic);
+  }
+  murmur2_ = *make_partitioner("murmur2");
+  if (metrics) {
+    m_restored_ = &prometheus::BuildCounter().Name("kstate_restore_records_total")
+                       .Help("Changelog records applied to a local store (restores)").Register(*metrics);
+    m_txn_ = &prometheus::BuildCounter().Name("kstate_ingest_transactions_total")
+                  .Help("Aggregate batches made durable in Kafka, by outcome").Register(*metrics);
+  }
+}
+
+agg_pipeline::~agg_pipeline() { close(); }
+
+status agg_pipeline::start(rd_kafka_t* consumer, std::set<std::string>& subscribe) {
+  consumer_ = consumer;
+  {
+    conf_ptr conf(rd_kafka_conf_new());
+    if (auto s = set_prop(conf.get(), "linger.ms", "5"); !s.ok()) return s;
+    for (const auto& [k, v] : cfg_.kafka)
+      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
+    if (auto s = set_prop(conf.get(), "bootstrap.servers", cfg_.bootstrap_servers); !s.ok()) return s;
+    if (auto s = set_prop(conf.get(), "client.id", cfg_.client_id); !s.ok()) return s;
+    if (auto s = set_prop(conf.get(), "enable.idempotence", "true"); !s.ok()) return s;
+    if (exactly_once_) {
+      if (cfg_.instance_id.empty()) return invalid_argument("exactly_once needs an instance id");
+      auto txid = cfg_.application_id + "-" + cfg_.instance_id;
+      if (auto s = set_prop(conf.get(), "transactional.id", txid); !s.ok()) return s;
+      if (auto s = set_prop(conf.get(), "transaction.timeout.ms", std::to_string(cfg_.transaction_timeout.count()));
+          !s.ok())
+        return s;
+    }
+    rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
+    rd_kafka_conf_set_opaque(conf.get(), this);
+    rd_kafka_conf_set_dr_msg_cb(conf.get(), agg_delivery_report);
+    char err[512];
+    producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.release(), err, sizeof err);
+    if (!producer_) return invalid_argument(std::string("creating aggregate producer: ") + err);
+  }
+  {
+    conf_ptr conf(rd_kafka_conf_new());
+    for (const auto& [k, v] : cfg_.kafka)
+      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
+    const std::pair<const char*, std::string> fixed[] = {
+        {"bootstrap.servers", cfg_.bootstrap_servers}, {"client.id", cfg_.client_id + "-restore"},
+        {"group.id", cfg_.application_id + "-restore"},  // never joins: assign() only
+        {"isolation.level", "read_committed"},          {"enable.auto.commit", "false"},
+        {"enable.partition.eof", "true"},               {"auto.offset.reset", "earliest"}};
+    for (const auto& [k, v] : fixed)
+      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
+    rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
+    char err[512];
+    restorer_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.release(), err, sizeof err);
+    if (!restorer_) return invalid_argument(std::string("creating restore consumer: ") + err);
+    rd_kafka_poll_set_consumer(restorer_);
+  }
+  if (auto s = create_topics(); !s.ok()) return s;
+  if (exactly_once_) {
+    // Fences a previous incarnation with the same transactional.id and aborts the
+    // transaction it left open, so read_committed readers need not wait for its timeout.
+    for (;;) {
+      error_ptr e(rd_kafka_init_transactions(producer_, static_cast<int>(cfg_.startup_timeout.count())));
+      if (!e) break;
+      if (rd_kafka_error_is_retriable(e.get())) {
+        log()->warn("init_transactions: {}; retrying", rd_kafka_error_string(e.get()));
+        continue;
+      }
+      return unavailable(std::string("init_transactions: ") + rd_kafka_error_string(e.get()));
+    }
+  }
+  for (const auto& t : topics_) subscribe.insert(t);
+  log()->info("{} aggregate view(s), {}", views_.size(), exactly_once_ ? "exactly_once" : "at_least_once");
+  return status::ok_status();
+}
+
+status agg_pipeline::create_topics() {
+  // Wanted topics with their partition counts.
+  struct wanted { std::string name; int32_t partitions; int replication; bool compact; const view_def* def; };
+  std::vector<wanted> want;
+  for (const auto& vs : views_) {
+    const auto& v = *vs.def;
+    int32_t source_count = ownership_.partition_count(v.input_topic());
+    if (source_count <= 0) return not_found_error("topic '" + v.input_topic() + "' does not exist");
+    int32_t store_count = source_count;
+    if (v.rekeyed()) {
+      store_count = v.repartition_partitions > 0 ? v.repartition_partitions : source_count;
+      want.push_back({v.repartition_topic, store_count, v.replication_factor, false, &v});
+    }
+    want.push_back({v.changelog_topic, store_count, v.replication_factor, true, &v});
+  }
+  std::vector<rd_kafka_NewTopic_t*> news;
+  for (const auto& w : want) {
+    char err[512];
+    auto* nt = rd_kafka_NewTopic_new(w.name.c_str(), w.partitions, w.replication, err, sizeof err);
+    if (!nt) return invalid_argument("topic '" + w.name + "': " + err);
+    if (w.compact) {
+      if (rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact")) return invalid_argument("cleanup.policy");
+      for (const auto& [k, val] : w.def->changelog_configs)
+        if (rd_kafka_NewTopic_set_config(nt, k.c_str(), val.c_str()))
+          return invalid_argument("changelog config '" + k + "'");
+    }
+    news.push_back(nt);
+  }
+  rd_kafka_queue_t* q = rd_kafka_queue_new(producer_);
+  rd_kafka_CreateTopics(producer_, news.data(), news.size(), nullptr, q);
+  rd_kafka_event_t* ev = rd_kafka_queue_poll(q, static_cast<int>(cfg_.startup_timeout.count()));
+  status result = status::ok_status();
+  if (!ev) {
+    result = unavailable("creating repartition/changelog topics timed out");
+  } else if (rd_kafka_event_error(ev)) {
+    result = unavailable(std::string("creating topics: ") + rd_kafka_event_error_string(ev));
+  } else {
+    size_t cnt = 0;
+    const auto* res = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &cnt);
+    for (size_t i = 0; i < cnt; ++i) {
+      auto e = rd_kafka_topic_result_error(res[i]);
+      if (e == RD_KAFKA_RESP_ERR_NO_ERROR) log()->info("created topic {}", rd_kafka_topic_result_name(res[i]));
+      else if (e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+        result = unavailable(std::string("creating topic ") + rd_kafka_topic_result_name(res[i]) + ": " +
+                             rd_kafka_topic_result_error_string(res[i]));
+    }
+  }
+  if (ev) rd_kafka_event_destroy(ev);
+  rd_kafka_queue_destroy(q);
+  for (auto* nt : news) rd_kafka_NewTopic_destroy(nt);
+  if (!result.ok()) return result;
+
+  // Wait until metadata shows every topic with its partitions, then publish the counts.
+  auto deadline = std::chrono::steady_clock::now() + cfg_.startup_timeout;
+  for (;;) {
+    const rd_kafka_metadata_t* md = nullptr;
+    std::map<std::string, int32_t> counts;
+    if (rd_kafka_metadata(producer_, 1, nullptr, &md, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      for (int i = 0; i < md->topic_cnt; ++i)
+        if (md->topics[i].err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topics[i].partition_cnt > 0)
+          counts[md->topics[i].topic] = md->topics[i].partition_cnt;
+      rd_kafka_metadata_destroy(md);
+    }
+    bool all = true;
+    for (const auto& w : want)
+      if (!counts.count(w.name)) all = false;
+    if (all) {
+      for (const auto& vs : views_) {
+        const auto& v = *vs.def;
+        if (v.rekeyed()) ownership_.set_partition_count(v.topic, counts[v.topic]);
+        if (counts[v.changelog_topic] < ownership_.partition_count(v.topic))
+          return invalid_argument("changelog topic '" + v.changelog_topic + "' has " +
+                                  std::to_string(counts[v.changelog_topic]) + " partitions, fewer than '" + v.topic +
+                                  "' (" + std::to_string(ownership_.partition_count(v.topic)) + ")");
+      }
+      return status::ok_status();
+    }
+    if (std::chrono::steady_clock::now() > deadline) return unavailable("created topics did not appear in metadata");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topic, int32_t partition) {
+  // The group's committed offset: under exactly_once it moved atomically with the
+  // outputs of every committed transaction, so it is where this input resumes.
+  tpl_ptr list(rd_kafka_topic_partition_list_new(1));
+  rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), partition);
+  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  for (int attempt = 0; attempt < 60; ++attempt) {
+    err = rd_kafka_committed(consumer_, list.get(), 10'000);
+    if (!err) err = list->elems[0].err;
+    if (!err) break;
+    log()->warn("committed offset of {}-{}: {}; retrying", topic, partition, rd_kafka_err2str(err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  if (err) return unavailable("reading the committed offset of " + topic + "-" + std::to_string(partition) + ": " +
+                              rd_kafka_err2str(err));
+  std::optional<int64_t> committed;
+  if (list->elems[0].offset >= 0) committed = list->elems[0].offset;
+
+  std::optional<int64_t> resume = committed;
+  if (auto it = stage2_.find(topic); it != stage2_.end()) {
+    for (size_t idx : it->second) {
+      auto& v = views_[idx];
+      auto local = db_.stored_position(v.id, partition);
+      if (!local.ok()) return local.error();
+      auto changelog = db_.stored_named_position(changelog_position_name(*v.def), partition);
+      if (!changelog.ok()) return changelog.error();
+      std::optional<int64_t> local_input = local.value();
+      if (!committed) {
+        // Nothing was ever committed for this input, so no committed transaction wrote
+        // the changelog either: the local store (if any) is the whole truth.
+        if (local_input) resume = resume ? std::min(*resume, *local_input) : *local_input;
+        log()->info("{}-{}: no committed offset; store {} resumes at {}", topic, partition, v.def->name,
+                    local_input ? std::to_string(*local_input) : std::string("the beginning"));
+        continue;
+      }
+      if (local_input && *local_input == *committed) {
+        log()->info("{}-{}: store {} is at the committed offset {}; no restore", topic, partition, v.def->name,
+                    *committed);
+        continue;
+      }
+      int64_t from = changelog.value().value_or(0);
+      log()->info("{}-{}: store {} is at input {} (committed {}): catching up from changelog {}-{} at {}", topic,
+                  partition, v.def->name, local_input ? std::to_string(*local_input) : std::string("none"), *committed,
+                  v.def->changelog_topic, partition, from);
+      planned_.push_back(planned{idx, partition, from, committed});
+    }
+  }
+  auto key = std::make_pair(topic, partition);
+  committed_[key] = resume.value_or(0);
+  return resume;
+}
+
+status agg_pipeline::restore_planned() {
+  auto plans = std::move(planned_);
+  planned_.clear();
+  for (const auto& p : plans)
+    if (auto s = restore(views_[p.view], p.partition, p.from, p.resume); !s.ok()) return s;
+  return status::ok_status();
+}
+
+status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume) {
+  const auto& def = *v.def;
+  const auto& cl = def.changelog_topic;
+  auto started = std::chrono::steady_clock::now();
+  int64_t low = 0, high = 0;
+  // With isolation.level=read_committed the high mark is the last stable offset.
+  auto werr = rd_kafka_query_watermark_offsets(restorer_, cl.c_str(), partition, &low, &high, 10'000);
+  if (werr) return unavailable("watermarks of " + cl + "-" + std::to_string(partition) + ": " + rd_kafka_err2str(werr));
+  from = std::max(from, low);
+  int64_t total = std::max<int64_t>(0, high - from);
+  ownership_.update_restore(def.topic, partition, 0, total);
+  uint64_t applied = 0;
+  int64_t end = from;
+  auto batch = db_.new_batch();
+  if (from < high) {
+    tpl_ptr list(rd_kafka_topic_partition_list_new(1));
+    rd_kafka_topic_partition_list_add(list.get(), cl.c_str(), partition)->offset = from;
+    if (auto e = rd_kafka_assign(restorer_, list.get()))
+      return unavailable("assigning " + cl + ": " + rd_kafka_err2str(e));
+    for (;;) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(restorer_, 100);
+      if (!m) continue;
+      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        end = std::max(end, m->offset);
+        rd_kafka_message_destroy(m);
+        break;
+      }
+      if (m->err) {
+        std::string why = rd_kafka_message_errstr(m);
+        bool fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
+        rd_kafka_message_destroy(m);
+        if (fatal) return unavailable("restoring " + cl + ": " + why);
+        log()->warn("restoring {}-{}: {}", cl, partition, why);
+        continue;
+      }
+      int64_t framed_offset = m->offset;
+      rd_kafka_headers_t* hdrs = nullptr;
+      if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const void* val = nullptr;
+        size_t len = 0;
+        if (rd_kafka_header_get_last(hdrs, offset_header, &val, &len) == RD_KAFKA_RESP_ERR_NO_ERROR && val)
+          framed_offset = std::strtoll(std::string(static_cast<const char*>(val), len).c_str(), nullptr, 10);
+      }
+      std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
+      if (m->payload)
+        batch.put(v.id, partition, key, frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
+      else
+        batch.del(v.id, partition, key);
+      end = m->offset + 1;
+      ++applied;
+      rd_kafka_message_destroy(m);
+      if (applied % 10'000 == 0) {
+        // Progress is durable in steps: a crash mid-restore resumes from here.
+        batch.set_named_position(changelog_position_name(def), partition, end);
+        if (auto s = db_.write(batch); !s.ok()) return s;
+        batch.clear();
+        ownership_.update_restore(def.topic, partition, end - from, total);
+      }
+    }
+    if (auto e = rd_kafka_assign(restorer_, nullptr)) log()->warn("unassigning {}: {}", cl, rd_kafka_err2str(e));
+  }
+  batch.set_named_position(changelog_position_name(def), partition, end);
+  if (input_resume) batch.set_position(v.id, partition, *input_resume);
+  if (auto s = db_.write(batch); !s.ok()) return s;
+  ownership_.update_restore(def.topic, partition, end - from, total);
+  restored_total_ += applied;
+  if (m_restored_)
+    m_restored_->Add({{"store", def.name}, {"partition", std::to_string(partition)}}).Increment(static_cast<double>(applied));
+  log()->info("restored {} records of {}-{} (offsets {}..{}) into store {} in {} ms; input resumes at {}", applied, cl,
+              partition, from, end, def.name,
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count(),
+              input_resume ? std::to_string(*input_resume) : std::string("the beginning"));
+  return status::ok_status();
+}
+
+void agg_pipeline::forget(const std::string& topic, int32_t partition) {
+  committed_.erase({topic, partition});
+  consumed_.erase({topic, partition});
+}
+
+void agg_pipeline::begin_if_needed() {
+  if (!exactly_once_ || in_txn_) return;
+  error_ptr e(rd_kafka_begin_transaction(producer_));
+  // begin_transaction fails only on a programming or fatal error; commit() sees it.
+  if (e) log()->error("begin_transaction: {}", rd_kafka_error_string(e.get()));
+  in_txn_ = true;
+}
+
+status agg_pipeline::produce(const std::string& topic, int32_t partition, std::string_view key,
+                             std::optional<std::string_view> value, int64_t input_offset) {
+  begin_if_needed();
+  auto off = std::to_string(input_offset);
+  bool changelog = input_offset >= 0;
+  char* vptr = value ? const_cast<char*>(value->data()) : nullptr;
+  size_t vlen = value ? value->size() : 0;
+  for (;;) {
+    rd_kafka_resp_err_t err;
+    if (changelog) {
+      err = rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+                              RD_KAFKA_V_KEY(key.data(), key.size()),
+                              RD_KAFKA_V_VALUE(vptr, vlen),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_HEADER(offset_header, off.data(), static_cast<ssize_t>(off.size())),
+                              RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(1)), RD_KAFKA_V_END);
+    } else {
+      err = rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+                              RD_KAFKA_V_KEY(key.data(), key.size()),
+                              RD_KAFKA_V_VALUE(vptr, vlen),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    }
+    if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+      rd_kafka_poll(producer_, 10);
+      continue;
+    }
+    if (err) {
+      if (!delivery_error_) delivery_error_ = err;
+      return unavailable("producing to " + topic + ": " + rd_kafka_err2str(err));
+    }
+    return status::ok_status();
+  }
+}
+
+std::optional<std::string> agg_pipeline::current(view_state& v, int32_t partition, const std::string& key,
+                                                 int64_t& offset_out) {
+  auto got = db_.get(v.id, partition, key);
+  if (!got.ok()) throw std::runtime_error("reading aggregate: " + got.error().to_string());
+  if (!got.value().value) return std::nullopt;
+  auto f = unframe_value(*got.value().value);
+  if (!f) return std::nullopt;
+  offset_out = f->offset;
+  return std::string(f->value);
+}
+
+void agg_pipeline::stage1(view_state& v, const record& r) {
+  std::vector<std::string> keys;
+  auto why = group_keys(*v.def, r.key, r.value, keys);
+  if (why.empty()) why = v.agg.check(r.value);
+  if (!why.empty()) {
+    builder_.reject(*v.def, r, std::move(why));
+    return;
+  }
+  int32_t count = ownership_.partition_count(v.def->topic);
+  // Words carry no value: stage 2 only counts them.
+  std::optional<std::string_view> value = v.def->group_by == group_by_kind::words ? std::nullopt : r.value;
+  for (const auto& k : keys) {
+    auto s = produce(v.def->topic, murmur2_(k, count), k, value, -1);
+    if (!s.ok()) log()->error("{}", s.message());
+  }
+}
+
+void agg_pipeline::stage2(view_state& v, const record& r) {
+  size_t idx = static_cast<size_t>(&v - views_.data());
+  std::string key;
+  if (v.def->rekeyed()) {
+    // Re-keyed by stage 1: the key is the group key.
+    key = r.key ? std::string(*r.key) : std::string();
+  } else {
+    std::vector<std::string> keys;
+    auto why = group_keys(*v.def, r.key, r.value, keys);
+    if (!why.empty()) {
+      builder_.reject(*v.def, r, std::move(why));
+      return;
+    }
+    key = std::move(keys.front());
+  }
+  auto slot = cache_.find({idx, r.partition, key});
+  std::optional<std::string> cur;
+  if (slot != cache_.end()) {
+    cur = slot->second.state;
+  } else {
+    int64_t off = -1;
+    cur = current(v, r.partition, key, off);
+  }
+  auto out = v.agg.apply(cur, r.value);
+  if (!out.error.empty()) {
+    builder_.reject(*v.def, r, std::move(out.error));
+    return;
+  }
+  if (slot == cache_.end()) slot = cache_.emplace(std::make_tuple(idx, r.partition, key), cached{}).first;
+  slot->second.state = std::move(out.state);
+  slot->second.input_offset = r.offset;
+  slot->second.dirty = true;
+  builder_.note_applied(v.def->name, r.topic, r.partition);
+  if (!v.def->cache) {
+    auto s = produce(v.def->changelog_topic, r.partition, key, slot->second.state, r.offset);
+    if (!s.ok()) log()->error("{}", s.message());
+  }
+}
+
+void agg_pipeline::add(const record& r) {
+  auto tp = std::make_pair(std::string(r.topic), r.partition);
+  auto c = committed_.find(tp);
+  // Below the committed offset: already reflected (e.g. read again for a table view).
+  if (c != committed_.end() && r.offset < c->second) return;
+  if (auto it = stage1_.find(r.topic); it != stage1_.end())
+    for (size_t idx : it->second) stage1(views_[idx], r);
+  if (auto it = stage2_.find(r.topic); it != stage2_.end())
+    for (size_t idx : it->second) stage2(views_[idx], r);
+  consumed_[tp] = r.offset + 1;
+}
+
+agg_pipeline::outcome agg_pipeline::abort_and_rewind(std::string& error, const std::string& why) {
+  log()->warn("aborting the batch's transaction: {}", why);
+  if (exactly_once_ && in_txn_) {
+    error_ptr e(rd_kafka_abort_transaction(producer_, -1));
+    if (e) {
+      error = "abort_transaction: " + std::string(rd_kafka_error_string(e.get()));
+      return outcome::fatal;
+    }
+  }
+  in_txn_ = false;
+  cache_.clear();
+  delivered_end_.clear();
+  delivery_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
+  // Read the batch's input again from the last committed offsets.
+  tpl_ptr list(rd_kafka_topic_partition_list_new(static_cast<int>(consumed_.size())));
+  for (const auto& [tp, next] : consumed_) {
+    auto c = committed_.find(tp);
+    rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset =
+        c == committed_.end() ? RD_KAFKA_OFFSET_BEGINNING : c->second;
+  }
+  consumed_.clear();
+  if (m_txn_) m_txn_->Add({{"outcome", "aborted"}}).Increment();
+  if (list->cnt > 0) {
+    error_ptr e(rd_kafka_seek_partitions(consumer_, list.get(), 10'000));
+    if (e) {
+      error = "rewinding after an aborted transaction: " + std::string(rd_kafka_error_string(e.get()));
+      return outcome::fatal;
+    }
+  }
+  return outcome::aborted;
+}
+
+agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::string& error) {
+  if (consumed_.empty()) return outcome::committed;
+  // Record cache: only the last update of each key in this batch goes to the changelog.
+  for (auto& [k, c] : cache_) {
+    auto& v = views_[std::get<0>(k)];
+    if (!v.def->cache || !c.dirty) continue;
+    auto s = produce(v.def->changelog_topic, std::get<1>(k), std::get<2>(k), c.state, c.input_offset);
+    if (!s.ok()) return abort_and_rewind(error, s.message());
+  }
+  begin_if_needed();
+  // Every record of the batch acknowledged (or failed) before anything is committed.
+  while (rd_kafka_outq_len(producer_) > 0) rd_kafka_flush(producer_, 1000);
+  if (delivery_error_) {
+    auto err = delivery_error_;
+    if (!exactly_once_ && rd_kafka_fatal_error(producer_, nullptr, 0) == RD_KAFKA_RESP_ERR_NO_ERROR)
+      return abort_and_rewind(error, std::string("delivery failed: ") + rd_kafka_err2str(err));
+    if (exactly_once_) {
+      char buf[512];
+      if (rd_kafka_fatal_error(producer_, buf, sizeof buf)) {
+        error = std::string("fatal producer error: ") + buf;
+        return outcome::fatal;
+      }
+      return abort_and_rewind(error, std::string("delivery failed: ") + rd_kafka_err2str(err));
+    }
+    error = std::string("fatal producer error: ") + rd_kafka_err2str(err);
+    return outcome::fatal;
+  }
+  tpl_ptr offsets(rd_kafka_topic_partition_list_new(static_cast<int>(consumed_.size())));
+  for (const auto& [tp, next] : consumed_)
+    rd_kafka_topic_partition_list_add(offsets.get(), tp.first.c_str(), tp.second)->offset = next;
+  if (exactly_once_) {
+    auto handle = [&](rd_kafka_error_t* raw, const char* what) -> std::optional<outcome> {
+      error_ptr e(raw);
+      if (!e) return std::nullopt;
+      std::string msg = std::string(what) + ": " + rd_kafka_error_string(e.get());
+      if (rd_kafka_error_is_fatal(e.get())) {
+        error = msg;
+        return outcome::fatal;
+      }
+      return abort_and_rewind(error, msg);
+    };
+    std::unique_ptr<rd_kafka_consumer_group_metadata_t, void (*)(rd_kafka_consumer_group_metadata_t*)> md(
+        rd_kafka_consumer_group_metadata(consumer_), rd_kafka_consumer_group_metadata_destroy);
+    for (;;) {
+      rd_kafka_error_t* e = rd_kafka_send_offsets_to_transaction(producer_, offsets.get(), md.get(), -1);
+      if (e && rd_kafka_error_is_retriable(e)) { rd_kafka_error_destroy(e); continue; }
+      if (auto o = handle(e, "send_offsets_to_transaction")) return *o;
+      break;
+    }
+    for (;;) {
+      rd_kafka_error_t* e = rd_kafka_commit_transaction(producer_, -1);
+      if (e && rd_kafka_error_is_retriable(e)) { rd_kafka_error_destroy(e); continue; }
+      if (auto o = handle(e, "commit_transaction")) return *o;
+      break;
+    }
+    in_txn_ = false;
+  } else {
+    auto err = rd_kafka_commit(consumer_, offsets.get(), 0);
+    if (err) return abort_and_rewind(error, std::string("committing offsets: ") + rd_kafka_err2str(err));
+  }
+  if (m_txn_) m_txn_->Add({{"outcome", "committed"}}).Increment();
+  // Durable in Kafka: now the same updates and positions go to RocksDB in the engine's
+  // batch. A crash before that write is caught up from the changelog on restart.
+  for (auto& [k, c] : cache_)
+    if (c.dirty) batch.put(views_[std::get<0>(k)].id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
+  for (const auto& [tp, next] : consumed_) {
+    auto it = stage2_.find(tp.first);
+    if (it == stage2_.end()) continue;
+    for (size_t idx : it->second) {
+      auto& v = views_[idx];
+      batch.set_position(v.id, tp.second, next);
+      auto d = delivered_end_.find({v.def->changelog_topic, tp.second});
+      if (d != delivered_end_.end()) batch.set_named_position(changelog_position_name(*v.def), tp.second, d->second);
+    }
+  }
+  for (const auto& [tp, next] : consumed_) committed_[tp] = next;
+  cache_.clear();
+  delivered_end_.clear();
+  return outcome::committed;
+}
+
+std::map<std::pair<std::string, int32_t>, int64_t> agg_pipeline::take_consumed() {
+  auto out = std::move(consumed_);
+  consumed_.clear();
+  return out;
+}
+
+void agg_pipeline::poll() {
+  if (producer_) rd_kafka_poll(producer_, 0);
+}
+
+void agg_pipeline::close() {
+  if (producer_) {
+    if (in_txn_) {
+      error_ptr e(rd_kafka_abort_transaction(producer_, 5000));
+      if (e) log()->warn("aborting the open transaction at shutdown: {}", rd_kafka_error_string(e.get()));
+      in_txn_ = false;
+    }
+    if (rd_kafka_flush(producer_, 10'000)) log()->warn("aggregate producer: undelivered records at shutdown");
+    rd_kafka_destroy(producer_);
+    producer_ = nullptr;
+  }
+  if (restorer_) {
+    if (auto e = rd_kafka_consumer_close(restorer_)) log()->warn("closing restore consumer: {}", rd_kafka_err2str(e));
+    rd_kafka_destroy(restorer_);
+    restorer_ = nullptr;
+  }
+}
+
+}  // namespace kstate::ingest

@@ -1,0 +1,145 @@
+#pragma once
+// agg_pipeline: the aggregate views of one engine (internal to ingest).
+//
+// Stage 1 re-keys source records of re-keyed views into their repartition topics;
+// stage 2 folds records of a view's store topic (repartition topic, or the source for
+// group_by key) into per-key aggregates and writes each new aggregate to the view's
+// changelog. Both stages run on the engine's consumer, in the engine's batches. Per
+// batch, commit() makes the produced records and the consumed input offsets durable
+// in Kafka (one transaction under exactly_once), then adds the aggregates and the
+// positions they reach to the engine's RocksDB batch. The protocol and its crash
+// points: docs/exactly-once.md.
+//
+// Threading: every member runs on the ingest thread (the rebalance callback included).
+
+#include <librdkafka/rdkafka.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/ownership.h"
+#include "core/status.h"
+#include "core/types.h"
+#include "core/view.h"
+#include "ingest/aggregation.h"
+#include "ingest/batch_builder.h"
+#include "ingest/engine.h"
+#include "storage/db.h"
+
+namespace prometheus {
+class Registry;
+template <typename T> class Family;
+class Counter;
+}  // namespace prometheus
+
+namespace kstate::ingest {
+
+class agg_pipeline {
+ public:
+  // `views` (aggregate views only), `db`, `ownership` and `builder` outlive the pipeline.
+  agg_pipeline(const ingest_config& cfg, std::vector<const view_def*> views, storage::db& db,
+               ownership_registry& ownership, batch_builder& builder, prometheus::Registry* metrics);
+  ~agg_pipeline();
+
+  // Creates the producer (transactional under exactly_once; init_transactions fences a
+  // previous incarnation of this instance) and the restore consumer, creates missing
+  // repartition and changelog topics, and adds the topics the group consumer must read
+  // to `subscribe`. Source partition counts must already be in `ownership`.
+  status start(rd_kafka_t* consumer, std::set<std::string>& subscribe);
+  bool handles(std::string_view topic) const { return topics_.count(std::string(topic)) > 0; }
+
+  // Rebalance, step 1: where the consumer resumes a newly assigned partition (nullopt:
+  // the beginning): the group's committed offset, which the transactions move with
+  // the outputs. Notes which stores must catch up from their changelog first.
+  result<std::optional<int64_t>> plan_assign(const std::string& topic, int32_t partition);
+  // Rebalance, step 2 (after the partitions are in the ownership registry): applies
+  // the planned changelog tails to the local stores.
+  status restore_planned();
+  size_t planned_count() const { return planned_.size(); }
+  // The partition was revoked (after the last batch was committed).
+  void forget(const std::string& topic, int32_t partition);
+
+  // Applies one consumed record of a handled topic (stage 1 and/or 2).
+  void add(const record& r);
+  bool pending() const { return !consumed_.empty(); }
+
+  enum class outcome { committed, aborted, fatal };
+  // Makes the batch durable in Kafka, then adds aggregates and positions to `batch`.
+  // aborted: the transaction was aborted and the consumer rewound to the last
+  // committed offsets (nothing of the batch's aggregates was kept); fatal: `error`
+  // says why, the engine must stop.
+  outcome commit(storage::write_batch& batch, std::string& error);
+  // After the RocksDB write of a committed batch: the consumed positions, to report.
+  std::map<std::pair<std::string, int32_t>, int64_t> take_consumed();
+
+  // Serves producer callbacks; call regularly.
+  void poll();
+  // Flushes and destroys the clients.
+  void close();
+
+  // Records applied from changelogs since start (all stores), for logs and tests.
+  uint64_t restored_records() const { return restored_total_.load(); }
+
+ private:
+  struct view_state {
+    const view_def* def;
+    storage::view_id id;
+    aggregator agg;
+  };
+  struct cached {
+    std::string state;      // aggregate JSON
+    int64_t input_offset;   // offset of the last record folded in
+    bool dirty = false;     // changed in this batch (cache mode: not yet produced)
+  };
+
+  status create_topics();
+  status produce(const std::string& topic, int32_t partition, std::string_view key,
+                 std::optional<std::string_view> value, int64_t input_offset);
+  void begin_if_needed();
+  std::optional<std::string> current(view_state& v, int32_t partition, const std::string& key, int64_t& offset_out);
+  void stage1(view_state& v, const record& r);
+  void stage2(view_state& v, const record& r);
+  outcome abort_and_rewind(std::string& error, const std::string& why);
+  status restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume);
+
+  const ingest_config& cfg_;
+  std::vector<view_state> views_;
+  storage::db& db_;
+  ownership_registry& ownership_;
+  batch_builder& builder_;
+  bool exactly_once_;
+  rd_kafka_t* consumer_ = nullptr;  // the engine's; not owned
+  rd_kafka_t* producer_ = nullptr;
+  rd_kafka_t* restorer_ = nullptr;
+  partitioner_fn murmur2_;
+  std::set<std::string> topics_;                          // every topic the group consumer reads for us
+  std::map<std::string, std::vector<size_t>, std::less<>> stage1_;  // source topic -> re-keyed views
+  std::map<std::string, std::vector<size_t>, std::less<>> stage2_;  // store topic -> views
+
+  // Next input offset per (topic, partition): at the last commit, and consumed since.
+  std::map<std::pair<std::string, int32_t>, int64_t> committed_;
+  std::map<std::pair<std::string, int32_t>, int64_t> consumed_;
+  // Aggregates touched in this batch: (view index, partition, key).
+  std::map<std::tuple<size_t, int32_t, std::string>, cached> cache_;
+  bool in_txn_ = false;
+  // Delivery results of the current batch (producer callbacks, ingest thread).
+  std::map<std::pair<std::string, int32_t>, int64_t> delivered_end_;  // changelog partition -> last offset + 1
+  rd_kafka_resp_err_t delivery_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
+  // Planned restores: (view index, partition, from changelog offset, input resume).
+  struct planned { size_t view; int32_t partition; int64_t from; std::optional<int64_t> resume; };
+  std::vector<planned> planned_;
+  std::atomic<uint64_t> restored_total_{0};
+  prometheus::Family<prometheus::Counter>* m_restored_ = nullptr;
+  prometheus::Family<prometheus::Counter>* m_txn_ = nullptr;
+
+  friend void agg_delivery_report(rd_kafka_t*, const rd_kafka_message_t*, void*);
+};
+
+}  // namespace kstate::ingest

@@ -1,0 +1,209 @@
+#include "ingest/aggregation.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/utf8.h"
+
+namespace kstate::ingest {
+namespace {
+
+using json = nlohmann::json;
+
+bool word_byte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c >= 0x80;
+}
+
+// The field at a dotted path ("a.b.c"), or null when any step is missing.
+const json* at_path(const json& doc, std::string_view path) {
+  const json* cur = &doc;
+  size_t start = 0;
+  while (start <= path.size()) {
+    auto dot = path.find('.', start);
+    auto seg = path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(std::string(seg));
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return cur;
+}
+
+bool parse_json(std::string_view text, json& out) {
+  out = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  return !out.is_discarded();
+}
+
+// The number a view aggregates from a value: the value itself, or the field at
+// value_path of a JSON value.
+std::optional<json> number_of(const view_def& v, std::optional<std::string_view> value, std::string& why) {
+  if (!value) {
+    why = "null value: nothing to aggregate";
+    return std::nullopt;
+  }
+  json doc;
+  if (!parse_json(*value, doc)) {
+    why = v.value_path.empty() ? "value is not a number" : "value is not valid JSON";
+    return std::nullopt;
+  }
+  const json* n = &doc;
+  if (!v.value_path.empty()) {
+    n = at_path(doc, v.value_path);
+    if (!n) {
+      why = "value has no field '" + v.value_path + "'";
+      return std::nullopt;
+    }
+  }
+  if (!n->is_number()) {
+    why = v.value_path.empty() ? "value is not a number" : "field '" + v.value_path + "' is not a number";
+    return std::nullopt;
+  }
+  return *n;
+}
+
+// Exact while both are integers and the sum fits in 64 bits; floating point otherwise.
+json add(const json& a, const json& b) {
+  if (a.is_number_integer() && b.is_number_integer()) {
+    int64_t x = a.get<int64_t>(), y = b.get<int64_t>(), r = 0;
+    if (!__builtin_add_overflow(x, y, &r)) return r;
+  }
+  return a.get<double>() + b.get<double>();
+}
+
+bool less(const json& a, const json& b) {
+  if (a.is_number_integer() && b.is_number_integer()) return a.get<int64_t>() < b.get<int64_t>();
+  return a.get<double>() < b.get<double>();
+}
+
+bool needs_number(const view_def& v) {
+  switch (v.kind) {
+    case view_kind::table:
+    case view_kind::count: return false;
+    case view_kind::sum:
+    case view_kind::reduce: return true;
+    case view_kind::aggregate:
+      for (auto f : v.fields)
+        if (f != agg_field::count) return true;
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> split_words(std::string_view line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (unsigned char c : line) {
+    if (word_byte(c)) {
+      cur += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : static_cast<char>(c);
+    } else if (!cur.empty()) {
+      out.push_back(std::move(cur));
+      cur.clear();
+    }
+  }
+  if (!cur.empty()) out.push_back(std::move(cur));
+  return out;
+}
+
+std::string group_keys(const view_def& view, std::optional<std::string_view> key,
+                       std::optional<std::string_view> value, std::vector<std::string>& out) {
+  switch (view.group_by) {
+    case group_by_kind::key:
+      if (!key) return "null key: nothing to group by";
+      out.emplace_back(*key);
+      return {};
+    case group_by_kind::words: {
+      if (!value) return "null value: no words";
+      if (!valid_utf8(*value)) return "value is not valid UTF-8 text: no words";
+      auto words = split_words(*value);
+      if (words.empty()) return "value has no words";
+      for (auto& w : words) out.push_back(std::move(w));
+      return {};
+    }
+    case group_by_kind::json: {
+      if (!value) return "null value: no field '" + view.group_path + "' to group by";
+      json doc;
+      if (!parse_json(*value, doc)) return "value is not valid JSON: no field '" + view.group_path + "' to group by";
+      const json* f = at_path(doc, view.group_path);
+      if (!f || f->is_null()) return "value has no field '" + view.group_path + "' to group by";
+      out.push_back(f->is_string() ? f->get<std::string>() : f->dump());
+      return {};
+    }
+  }
+  return "unknown group_by";
+}
+
+aggregator::aggregator(const view_def& view) : view_(view) {}
+
+std::string aggregator::check(std::optional<std::string_view> value) const {
+  if (!needs_number(view_)) return {};
+  std::string why;
+  if (!number_of(view_, value, why)) return why;
+  return {};
+}
+
+aggregator::outcome aggregator::apply(std::optional<std::string_view> current,
+                                      std::optional<std::string_view> value) const {
+  outcome out;
+  std::optional<json> n;
+  if (needs_number(view_)) {
+    n = number_of(view_, value, out.error);
+    if (!n) return out;
+  }
+  json state;
+  if (current && !parse_json(*current, state)) {
+    out.error = "stored aggregate is not valid JSON";
+    return out;
+  }
+  bool fresh = !current;
+  switch (view_.kind) {
+    case view_kind::table:
+      out.error = "a table is not an aggregate";
+      return out;
+    case view_kind::count:
+      state = fresh ? json(int64_t{1}) : add(state, json(int64_t{1}));
+      break;
+    case view_kind::sum:
+      state = fresh ? *n : add(state, *n);
+      break;
+    case view_kind::reduce:
+      switch (view_.reduce) {
+        case reduce_op::latest: state = *n; break;
+        case reduce_op::min: if (fresh || less(*n, state)) state = *n; break;
+        case reduce_op::max: if (fresh || less(state, *n)) state = *n; break;
+      }
+      break;
+    case view_kind::aggregate: {
+      json next = json::object();
+      // count and sum first: mean is derived from them.
+      json count = fresh ? json(int64_t{1}) : add(state.value("count", json(int64_t{0})), json(int64_t{1}));
+      json sum;
+      if (n) sum = fresh ? *n : add(state.value("sum", json(int64_t{0})), *n);
+      for (auto f : view_.fields) {
+        switch (f) {
+          case agg_field::count: next["count"] = count; break;
+          case agg_field::sum: next["sum"] = sum; break;
+          case agg_field::min: {
+            auto it = state.is_object() ? state.find("min") : state.end();
+            next["min"] = (fresh || it == state.end() || less(*n, *it)) ? *n : *it;
+            break;
+          }
+          case agg_field::max: {
+            auto it = state.is_object() ? state.find("max") : state.end();
+            next["max"] = (fresh || it == state.end() || less(*it, *n)) ? *n : *it;
+            break;
+          }
+          case agg_field::mean: next["mean"] = sum.get<double>() / count.get<double>(); break;
+        }
+      }
+      state = std::move(next);
+      break;
+    }
+  }
+  out.state = state.dump();
+  return out;
+}
+
+}  // namespace kstate::ingest
