@@ -2,12 +2,18 @@
 
 namespace kstate {
 
-std::string frame_value(int64_t offset, std::string_view value) {
-  std::string out;
-  out.resize(8 + value.size());
+std::array<char, 8> frame_header(int64_t offset) {
+  std::array<char, 8> out;
   auto v = static_cast<uint64_t>(offset);
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (56 - 8 * i));
-  if (!value.empty()) out.replace(8, value.size(), value);
+  return out;
+}
+
+std::string frame_value(int64_t offset, std::string_view value) {
+  auto head = frame_header(offset);
+  std::string out;
+  out.reserve(8 + value.size());
+  out.append(head.data(), head.size()).append(value);
   return out;
 }
 

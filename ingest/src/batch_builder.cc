@@ -1,6 +1,6 @@
 #include "ingest/batch_builder.h"
 
-#include <nlohmann/json.hpp>
+#include <array>
 
 #include "core/utf8.h"
 #include "core/value_codec.h"
@@ -14,7 +14,7 @@ std::string validate(const view_def& view, const record& r) {
       if (!valid_utf8(*r.key)) return "key is not valid UTF-8 (key_format string)";
       break;
     case data_format::json:
-      if (!nlohmann::json::accept(r.key->begin(), r.key->end())) return "key is not valid JSON (key_format json)";
+      if (!valid_json(*r.key)) return "key is not valid JSON (key_format json)";
       break;
     case data_format::bytes:
       break;
@@ -25,7 +25,7 @@ std::string validate(const view_def& view, const record& r) {
       if (!valid_utf8(*r.value)) return "value is not valid UTF-8 (value_format string)";
       break;
     case data_format::json:
-      if (!nlohmann::json::accept(r.value->begin(), r.value->end())) return "value is not valid JSON (value_format json)";
+      if (!valid_json(*r.value)) return "value is not valid JSON (value_format json)";
       break;
     case data_format::bytes:
       break;
@@ -47,12 +47,15 @@ void batch_builder::set_view_position(std::string_view topic, int32_t partition,
                                       int64_t next_offset) {
   auto id = db_.find_view(view);
   if (!id) return;
-  view_pos_[{*id, std::string(topic), partition}] = next_offset;
+  view_pos_[{*id, std::string(topic), partition}] = view_position{next_offset, false};
 }
 
 void batch_builder::forget_partition(std::string_view topic, int32_t partition) {
   auto it = by_topic_.find(topic);
   if (it == by_topic_.end()) return;
+  // Positions this batch already moved stay in it, as if written with each record.
+  write_positions();
+  cursor_valid_ = false;
   for (const auto& slot : it->second) view_pos_.erase({slot.id, std::string(topic), partition});
 }
 
@@ -63,36 +66,65 @@ std::optional<int64_t> batch_builder::resume_offset(std::string_view topic, int3
   for (const auto& slot : it->second) {
     auto p = view_pos_.find(std::make_tuple(slot.id, std::string(topic), partition));
     if (p == view_pos_.end()) return std::nullopt;
-    if (!lowest || p->second < *lowest) lowest = p->second;
+    if (!lowest || p->second.next < *lowest) lowest = p->second.next;
   }
   return lowest;
 }
 
+batch_builder::partition_cursor& batch_builder::cursor_for(std::string_view topic, int32_t partition) {
+  auto& c = cursor_;
+  if (cursor_valid_ && c.partition == partition && c.topic == topic) return c;
+  c.topic.assign(topic);
+  c.partition = partition;
+  c.tp = {c.topic, partition};
+  c.totals = &counts_[c.tp];
+  c.touched = &touched_[c.tp];
+  c.positions.clear();
+  c.per_view.clear();
+  auto it = by_topic_.find(topic);
+  c.slots = it == by_topic_.end() ? nullptr : &it->second;
+  if (c.slots) {
+    for (const auto& slot : *c.slots) {
+      c.positions.push_back(&view_pos_[std::make_tuple(slot.id, c.topic, partition)]);
+      c.per_view.push_back(&view_counts_[std::make_tuple(slot.def->name, c.topic, partition)]);
+    }
+  }
+  cursor_valid_ = true;
+  return c;
+}
+
 void batch_builder::add(const record& r) {
-  auto it = by_topic_.find(r.topic);
-  std::pair<std::string, int32_t> tp{std::string(r.topic), r.partition};
-  auto& c = counts_[tp];
+  auto& cur = cursor_for(r.topic, r.partition);
+  auto& c = *cur.totals;
   ++c.records;
   c.bytes += (r.key ? r.key->size() : 0) + (r.value ? r.value->size() : 0);
   ++pending_;
-  if (it == by_topic_.end()) return;
+  if (!cur.slots) return;
 
-  for (const auto& slot : it->second) {
-    auto& pos = view_pos_[std::make_tuple(slot.id, tp.first, r.partition)];
+  std::array<char, 8> frame;
+  bool framed = false;
+  for (size_t i = 0; i < cur.slots->size(); ++i) {
+    const auto& slot = (*cur.slots)[i];
+    auto& pos = *cur.positions[i];
     // A view that already reflects this offset (e.g. added to a topic other views read)
     // must not apply it twice.
-    if (r.offset < pos) continue;
+    if (r.offset < pos.next) continue;
     auto reason = validate(*slot.def, r);
-    auto& vc = view_counts_[std::make_tuple(slot.def->name, tp.first, r.partition)];
+    auto& vc = *cur.per_view[i];
     if (!reason.empty()) {
       ++c.invalid;
       ++vc.invalid;
       rejections_.push_back(rejection{
-          slot.def->name, slot.def->dead_letter_topic, tp.first, r.partition, r.offset,
+          slot.def->name, slot.def->dead_letter_topic, cur.topic, r.partition, r.offset,
           r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
           r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt, std::move(reason)});
     } else if (r.value) {
-      batch_.put(slot.id, r.partition, *r.key, frame_value(r.offset, *r.value));
+      if (!framed) {
+        frame = frame_header(r.offset);
+        framed = true;
+      }
+      // Stored as frame_value(offset, value), gathered from both parts.
+      batch_.put(slot.id, r.partition, *r.key, std::string_view(frame.data(), frame.size()), *r.value);
       ++c.applied;
       ++vc.applied;
     } else {
@@ -102,10 +134,23 @@ void batch_builder::add(const record& r) {
     }
     // The position advances past rejected records too: they are handled (counted,
     // dead-lettered) and must not be read again.
-    pos = r.offset + 1;
-    batch_.set_position(slot.id, r.partition, pos);
+    pos.next = r.offset + 1;
+    pos.dirty = true;
   }
-  touched_[tp] = r.offset + 1;
+  *cur.touched = r.offset + 1;
+}
+
+void batch_builder::write_positions() {
+  for (auto& [key, pos] : view_pos_) {
+    if (!pos.dirty) continue;
+    batch_.set_position(std::get<0>(key), std::get<2>(key), pos.next);
+    pos.dirty = false;
+  }
+}
+
+storage::write_batch& batch_builder::batch() {
+  write_positions();
+  return batch_;
 }
 
 void batch_builder::reject(const view_def& view, const record& r, std::string reason) {
@@ -124,10 +169,12 @@ void batch_builder::note_applied(const std::string& view, std::string_view topic
 
 void batch_builder::reset() {
   batch_.clear();
+  for (auto& [key, pos] : view_pos_) pos.dirty = false;
   rejections_.clear();
   touched_.clear();
   counts_.clear();
   view_counts_.clear();
+  cursor_valid_ = false;
   pending_ = 0;
 }
 

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "core/value_codec.h"
 #include "ingest/batch_builder.h"
 #include "ingest/membership.h"
@@ -65,16 +67,19 @@ TEST_CASE("one batch carries every view's state changes and each partition's nex
 
   auto users = *f.db->find_view("users"), raw = *f.db->find_view("raw"), other = *f.db->find_view("other");
   // Expected, written out from the rules: users applies alice put, skips bob (invalid
-  // JSON), applies alice delete; raw applies all three; positions follow each record.
+  // JSON), applies alice delete; raw applies all three; then each (view, partition)'s
+  // final position, once, in view order. The position passes bob for users too.
   struct exp { storage::view_id v; int32_t p; std::string key; std::optional<std::string> val; std::optional<int64_t> pos; };
   std::vector<exp> expected{
-      {users, 2, "alice", frame_value(10, R"({"n":1})"), {}}, {users, 2, "", {}, 11},
-      {raw, 2, "alice", frame_value(10, R"({"n":1})"), {}},   {raw, 2, "", {}, 11},
-      {users, 2, "", {}, 12},                                 // bob rejected, position still moves
-      {raw, 2, "bob", frame_value(11, "not json"), {}},       {raw, 2, "", {}, 12},
-      {users, 2, "alice", {}, {}},                            {users, 2, "", {}, 13},
-      {raw, 2, "alice", {}, {}},                              {raw, 2, "", {}, 13},
-      {other, 0, "x", frame_value(5, "hello"), {}},           {other, 0, "", {}, 6},
+      {users, 2, "alice", frame_value(10, R"({"n":1})"), {}},
+      {raw, 2, "alice", frame_value(10, R"({"n":1})"), {}},
+      {raw, 2, "bob", frame_value(11, "not json"), {}},
+      {users, 2, "alice", {}, {}},
+      {raw, 2, "alice", {}, {}},
+      {other, 0, "x", frame_value(5, "hello"), {}},
+      {users, 2, "", {}, 13},
+      {raw, 2, "", {}, 13},
+      {other, 0, "", {}, 6},
   };
   auto entries = b.batch().entries();
   REQUIRE(entries.size() == expected.size());
@@ -190,4 +195,39 @@ TEST_CASE("member client.id: the endpoint survives encoding, and only kstate's e
   CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%"));
   CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%4"));
   CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%zz"));
+}
+
+TEST_CASE("valid_json accepts exactly what nlohmann's accept() accepts") {
+  // nlohmann::json::accept is the reference: values are parsed by it later on.
+  auto reference = [](std::string_view s) { return nlohmann::json::accept(s.begin(), s.end()); };
+  const std::vector<std::string> cases = {
+      "", " ", "{}", "[]", " {\"a\" : [1, 2.5, -0, 1e3, 1E-3, true, false, null] } ", "{\"a\":1,}", "[1,]", "[,1]",
+      "{\"a\"}", "{\"a\":}", "{1:2}", "\"\\u00e9\\ud83d\\ude00\"", "\"\\ud83d\"", "\"\\ude00\"", "\"\\ud83dx\"",
+      "\"\\u12G4\"", "\"\\/\\b\\f\\n\\r\\t\\\"\\\\\"", "\"\\a\"", "\"tab\there\"", "01", "-", "-01", "1.", ".5", "+1",
+      "1e", "1e+", "1e400", "-1e400", "1e-400", "123456789012345678901234567890", std::string(400, '9'),
+      "18446744073709551615", "18446744073709551616", "-9223372036854775809", "tru", "nulll", "truex",
+      "\xEF\xBB\xBF{}", "\xEF\xBB{}", "\xEF{}", "{}\xEF\xBB\xBF", std::string("{}\0xyz", 6), std::string("\0", 1),
+      std::string("[\0]", 3), "\"caf\xc3\xa9\"", "\"\xc3\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"", "\"\x7f\"",
+      "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+      "[[]", "[]]", "{\"a\":{\"b\":[{}]}}", "\r\n\t1\r\n\t", "1 2", "\"a\" \"b\"",
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c);
+    CHECK(valid_json(c) == reference(c));
+  }
+  std::mt19937 rng(11);
+  static const char chars[] = "{}[]\":,.-+eE0123456789 \t\\/ubfnrtaxyzl\x01\x7f\0\xc3\xa9\xff\xed";
+  const std::string alphabet(chars, sizeof chars - 1);
+  const std::vector<std::string> pieces = {"{", "}", "[", "]", ",", ":", "\"k\"", "\"\\u00e9\"", "1", "-2.5e3", "true",
+                                          "null", " ", "\"", "\\", "0", "e", "\xEF\xBB\xBF"};
+  for (int i = 0; i < 50000; ++i) {
+    std::string s;
+    int n = static_cast<int>(rng() % 16);
+    for (int j = 0; j < n; ++j) {
+      if (rng() % 2) s += alphabet[rng() % alphabet.size()];
+      else s += pieces[rng() % pieces.size()];
+    }
+    CAPTURE(s);
+    CHECK(valid_json(s) == reference(s));
+  }
 }

@@ -44,6 +44,11 @@ struct rejection {
 // reason it is rejected.
 std::string validate(const view_def& view, const record& r);
 
+// True when `s` is one JSON document, exactly as nlohmann::json::accept() decides
+// (what the query side parses later), in one pass without building tokens: the check
+// runs for every record of a JSON view.
+bool valid_json(std::string_view s);
+
 class batch_builder {
  public:
   // `views` must outlive the builder; every view must exist in `db`.
@@ -67,7 +72,10 @@ class batch_builder {
   void note_applied(const std::string& view, std::string_view topic, int32_t partition);
 
   size_t pending_records() const { return pending_; }
-  storage::write_batch& batch() { return batch_; }
+  // The batch to write: the state changes added so far, followed by the position each
+  // touched (view, partition) reaches. A position is written once per batch, not once
+  // per record: RocksDB would keep every version of it in the memtable.
+  storage::write_batch& batch();
   const std::vector<rejection>& rejections() const { return rejections_; }
   // Partitions touched since the last reset, with the next offset they reach.
   const std::map<std::pair<std::string, int32_t>, int64_t>& touched() const { return touched_; }
@@ -85,10 +93,32 @@ class batch_builder {
     const view_def* def;
     storage::view_id id;
   };
+  struct view_position {
+    int64_t next = 0;    // next offset the view reflects
+    bool dirty = false;  // moved since the batch's positions were last written
+  };
+  // What add() needs for one (topic, partition), found once per run of records from
+  // it rather than once per record: records arrive in runs per partition. Points into
+  // the maps below; std::map nodes stay put until erased, and every erase drops it.
+  struct partition_cursor {
+    std::string topic;
+    int32_t partition = -1;
+    const std::vector<view_slot>* slots = nullptr;  // null: no view reads the topic
+    std::pair<std::string, int32_t> tp;
+    counts* totals = nullptr;
+    int64_t* touched = nullptr;
+    std::vector<view_position*> positions;  // parallel to *slots
+    std::vector<counts*> per_view;          // parallel to *slots
+  };
+  partition_cursor& cursor_for(std::string_view topic, int32_t partition);
+  void write_positions();
+
   storage::db& db_;
   std::map<std::string, std::vector<view_slot>, std::less<>> by_topic_;
-  // (view id, topic, partition) -> next offset the view reflects
-  std::map<std::tuple<storage::view_id, std::string, int32_t>, int64_t, std::less<>> view_pos_;
+  // (view id, topic, partition) -> where the view stands
+  std::map<std::tuple<storage::view_id, std::string, int32_t>, view_position, std::less<>> view_pos_;
+  partition_cursor cursor_;
+  bool cursor_valid_ = false;
   storage::write_batch batch_;
   std::vector<rejection> rejections_;
   std::map<std::pair<std::string, int32_t>, int64_t> touched_;

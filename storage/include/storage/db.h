@@ -66,6 +66,10 @@ class write_batch {
   write_batch& operator=(write_batch&&) noexcept;
 
   void put(view_id view, int32_t partition, std::string_view key, std::string_view value);
+  // The same with the value given in two parts, stored as value_head ++ value_tail
+  // (a frame and the record's bytes) without concatenating them first.
+  void put(view_id view, int32_t partition, std::string_view key, std::string_view value_head,
+           std::string_view value_tail);
   void del(view_id view, int32_t partition, std::string_view key);
   // Records that after this batch the view's state reflects `partition` up to (but not
   // including) `next_offset`.
@@ -126,7 +130,7 @@ struct db_stats {
 
 struct get_result {
   std::optional<std::string> value;   // nullopt: key absent
-  std::optional<int64_t> position;    // the partition's position in the same snapshot
+  std::optional<int64_t> position;    // the partition's position, read at the same point
 };
 
 // Iterates one partition's keys of one view within bounds, in key byte order (or its

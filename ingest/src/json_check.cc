@@ -1,0 +1,224 @@
+// valid_json(): the JSON check of the ingest path (see batch_builder.h).
+//
+// It must accept exactly what nlohmann::json::accept() accepts, since that is what
+// the rest of kstate parses later (tests/ingest compare the two on generated input):
+// RFC 8259 with an optional leading UTF-8 byte order mark, strings of valid UTF-8 with
+// paired surrogate escapes, and numbers that parse to a finite double when they are not
+// 64-bit integers. Unlike nlohmann's lexer it builds no token strings and runs one loop
+// over the bytes, with an explicit stack instead of recursion.
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/utf8.h"
+#include "ingest/batch_builder.h"
+
+namespace kstate::ingest {
+namespace {
+
+class checker {
+ public:
+  explicit checker(std::string_view s) : begin_(s.data()), p_(s.data()), end_(s.data() + s.size()) {}
+
+  // Bytes from the start to where run() stopped.
+  size_t consumed() const { return static_cast<size_t>(p_ - begin_); }
+
+  bool run() {
+    if (end_ - p_ >= 3 && std::memcmp(p_, "\xEF\xBB\xBF", 3) == 0) p_ += 3;
+    for (;;) {
+      // A value is expected.
+      ws();
+      if (p_ == end_) return false;
+      char c = *p_;
+      if (c == '{') {
+        ++p_;
+        ws();
+        if (p_ != end_ && *p_ == '}') {
+          ++p_;
+        } else {
+          stack_.push_back('{');
+          if (!member_name()) return false;
+          continue;
+        }
+      } else if (c == '[') {
+        ++p_;
+        ws();
+        if (p_ != end_ && *p_ == ']') {
+          ++p_;
+        } else {
+          stack_.push_back('[');
+          continue;
+        }
+      } else if (c == '"') {
+        if (!string()) return false;
+      } else if (c == 't') {
+        if (!word("true")) return false;
+      } else if (c == 'f') {
+        if (!word("false")) return false;
+      } else if (c == 'n') {
+        if (!word("null")) return false;
+      } else if (c == '-' || (c >= '0' && c <= '9')) {
+        if (!number()) return false;
+      } else {
+        return false;
+      }
+      // After a value: close containers, or find the next value.
+      for (;;) {
+        ws();
+        // nlohmann's lexer takes a NUL byte for the end of the input, so whatever
+        // follows one after a complete document is ignored.
+        if (stack_.empty()) return p_ == end_ || *p_ == '\0';
+        if (p_ == end_) return false;
+        char top = stack_.back();
+        if (*p_ == ',') {
+          ++p_;
+          if (top == '{' && !member_name()) return false;
+          break;
+        }
+        if ((top == '{' && *p_ == '}') || (top == '[' && *p_ == ']')) {
+          ++p_;
+          stack_.pop_back();
+          continue;
+        }
+        return false;
+      }
+    }
+  }
+
+ private:
+  void ws() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
+  }
+
+  // "name" : (the value follows)
+  bool member_name() {
+    ws();
+    if (p_ == end_ || *p_ != '"' || !string()) return false;
+    ws();
+    if (p_ == end_ || *p_ != ':') return false;
+    ++p_;
+    return true;
+  }
+
+  bool word(const char* w) {
+    size_t n = std::strlen(w);
+    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, w, n) != 0) return false;
+    p_ += n;
+    return true;
+  }
+
+  int hex4() {
+    if (end_ - p_ < 4) return -1;
+    int v = 0;
+    for (int i = 0; i < 4; ++i) {
+      char c = p_[i];
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+    }
+    p_ += 4;
+    return v;
+  }
+
+  // UTF-8 validity of the bytes is checked once for the whole document (valid_json).
+  bool string() {
+    ++p_;  // opening quote
+    for (;;) {
+      if (p_ == end_) return false;
+      auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        return true;
+      }
+      if (c < 0x20) return false;
+      ++p_;
+      if (c != '\\') continue;
+      if (p_ == end_) return false;
+      char e = *p_++;
+      switch (e) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't': break;
+        case 'u': {
+          int cp = hex4();
+          if (cp < 0) return false;
+          if (cp >= 0xDC00 && cp <= 0xDFFF) return false;  // a low surrogate alone
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') return false;
+            p_ += 2;
+            int lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) return false;
+          }
+          break;
+        }
+        default: return false;
+      }
+    }
+  }
+
+  bool digits() {
+    const char* start = p_;
+    while (p_ != end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+    return p_ != start;
+  }
+
+  bool number() {
+    const char* start = p_;
+    bool negative = *p_ == '-';
+    if (negative) ++p_;
+    if (p_ == end_) return false;
+    if (*p_ == '0') {
+      ++p_;
+    } else if (!digits()) {
+      return false;
+    }
+    bool is_float = false;
+    if (p_ != end_ && *p_ == '.') {
+      ++p_;
+      if (!digits()) return false;
+      is_float = true;
+    }
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
+      ++p_;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (!digits()) return false;
+      is_float = true;
+    }
+    size_t len = static_cast<size_t>(p_ - start);
+    // Integers of up to 18 digits fit 64 bits whatever their sign. Longer ones, and
+    // every fraction or exponent, are what nlohmann converts with strtoull/strtoll and
+    // then strtod; accept() refuses the number when the double is not finite.
+    if (!is_float && len - (negative ? 1 : 0) <= 18) return true;
+    std::string token(start, len);
+    if (!is_float) {
+      errno = 0;
+      char* stop = nullptr;
+      if (negative) (void)std::strtoll(token.c_str(), &stop, 10);
+      else (void)std::strtoull(token.c_str(), &stop, 10);
+      if (errno == 0) return true;
+    }
+    char* stop = nullptr;
+    double d = std::strtod(token.c_str(), &stop);
+    return std::isfinite(d);
+  }
+
+  const char* begin_;
+  const char* p_;
+  const char* end_;
+  std::vector<char> stack_;
+};
+
+}  // namespace
+
+bool valid_json(std::string_view s) {
+  checker c(s);
+  if (!c.run()) return false;
+  // The bytes the document spans must be valid UTF-8 (only strings can hold non-ASCII
+  // bytes; the structure check refuses them anywhere else). Bytes after a terminating
+  // NUL are never looked at, as in nlohmann.
+  return valid_utf8(s.substr(0, c.consumed()));
+}
+
+}  // namespace kstate::ingest
