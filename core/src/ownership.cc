@@ -75,6 +75,15 @@ std::optional<topic_state> ownership_registry::topic(const std::string& topic) c
   return it->second;
 }
 
+std::optional<partition_state> ownership_registry::partition(const std::string& topic, int32_t partition) const {
+  std::lock_guard lock(mu_);
+  auto it = topics_.find(topic);
+  if (it == topics_.end()) return std::nullopt;
+  auto p = it->second.partitions.find(partition);
+  if (p == it->second.partitions.end()) return std::nullopt;
+  return p->second;
+}
+
 int32_t ownership_registry::partition_count(const std::string& topic) const {
   std::lock_guard lock(mu_);
   auto it = topics_.find(topic);

@@ -30,12 +30,7 @@ const view_def* engine::find_store(std::string_view name) const {
 template <typename T>
 std::optional<query_result<T>> engine::require_partition(const view_def& v, int32_t partition) const {
   using R = query_result<T>;
-  auto topic = ownership_.topic(v.topic);
-  const partition_state* ps = nullptr;
-  if (topic) {
-    auto it = topic->partitions.find(partition);
-    if (it != topic->partitions.end()) ps = &it->second;
-  }
+  auto ps = ownership_.partition(v.topic, partition);
   if (!ps || !ps->assigned)
     return R::fail(failure_reason::not_active,
                    "partition " + std::to_string(partition) + " of '" + v.topic + "' is not assigned to this instance");
@@ -91,8 +86,11 @@ query_result<key_answer> engine::read_key(storage::view_id view, int32_t partiti
   if (got->value) {
     auto f = unframe_value(*got->value);
     if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
-    a.value = std::string(f->value);
     a.offset = f->offset;
+    // The record's bytes are the stored string minus its frame: shift them in place
+    // rather than copy them into a new string.
+    a.value = std::move(*got->value);
+    a.value->erase(0, a.value->size() - f->value.size());
   }
   a.partition = partition;
   a.pos[partition] = got->position.value_or(0);

@@ -19,6 +19,7 @@
 #include "query/key_format.h"
 #include "ingest/standby.h"
 #include "server/auth.h"
+#include "server/json_render.h"
 #include "server/peer_client.h"
 #include "server/problem.h"
 #include "server/ui.h"
@@ -63,7 +64,9 @@ std::string position_header(const position& p) {
   std::string out;
   for (const auto& [part, off] : p) {
     if (!out.empty()) out += ',';
-    out += std::to_string(part) + ':' + std::to_string(off);
+    append_int(out, part);
+    out += ':';
+    append_int(out, off);
   }
   return out;
 }
@@ -659,14 +662,29 @@ http_response api::get_key(const http_request& req, const captures& c) const {
     r.body = dump(body);
     return r.with_header("X-Kstate-Position", position_header(a.pos));
   }
-  json body{{"store", c.store},
-            {"key", render_key(view->key_format, *key)},
-            {"value", render_value(view->value_format, *a.value)},
-            {"partition", a.partition},
-            {"offset", a.offset},
-            {"position", position_json(a.pos)},
-            {"served_by", ctx_.instance}};
-  return json_response(200, body).with_header("X-Kstate-Position", position_header(a.pos));
+  // Written straight into the body: the bytes json_response() prints for the object
+  // {store, key, value, partition, offset, position, served_by} (dump() orders members
+  // by name), without a DOM and without re-parsing the stored value.
+  http_response r;
+  std::string& b = r.body;
+  b.reserve(112 + key->size() + a.value->size() + c.store.size() + ctx_.instance.size());
+  b += "{\"key\":";
+  append_rendered_key(b, view->key_format, *key);
+  b += ",\"offset\":";
+  append_int(b, a.offset);
+  b += ",\"partition\":";
+  append_int(b, a.partition);
+  b += ",\"position\":";
+  append_position(b, a.pos);
+  b += ",\"served_by\":";
+  append_json_string(b, ctx_.instance);
+  b += ",\"store\":";
+  append_json_string(b, c.store);
+  b += ",\"value\":";
+  append_rendered_value(b, view->value_format, *a.value);
+  b += '}';
+  r.with_header("X-Kstate-Position", position_header(a.pos));
+  return r;
 }
 
 // NDJSON body of a streaming scan: pieces of at most 256 entries, each pulled only when

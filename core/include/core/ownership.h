@@ -61,6 +61,9 @@ class ownership_registry {
   void mark_joined();
 
   std::optional<topic_state> topic(const std::string& topic) const;
+  // One partition's state (nullopt when it was never assigned here), without copying
+  // the topic's whole map: for the per-request checks of point lookups.
+  std::optional<partition_state> partition(const std::string& topic, int32_t partition) const;
   int32_t partition_count(const std::string& topic) const;
   // True when the partition is assigned here and has caught up.
   bool serves(const std::string& topic, int32_t partition) const;
