@@ -1,0 +1,180 @@
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+#include <tuple>
+
+#include "core/window.h"
+
+using namespace kstate;
+
+namespace {
+
+window_spec spec(window_type t, int64_t size, int64_t advance, int64_t grace = 0, int64_t retention = 0) {
+  window_spec s;
+  s.type = t;
+  s.size_ms = size;
+  s.advance_ms = advance;
+  s.grace_ms = grace;
+  s.retention_ms = retention;
+  REQUIRE(normalize(s).ok());
+  return s;
+}
+
+// Every epoch-aligned start, by enumeration: the independent model of window_starts.
+std::vector<int64_t> starts_by_enumeration(const window_spec& s, int64_t ts) {
+  std::vector<int64_t> out;
+  for (int64_t start = 0; start <= ts; start += s.advance_ms)
+    if (ts < start + s.size_ms) out.push_back(start);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("window starts equal an enumeration of aligned windows containing the time") {
+  std::mt19937_64 rng(7);
+  const window_spec specs[] = {
+      spec(window_type::tumbling, 60'000, 0),
+      spec(window_type::hopping, 60'000, 10'000),
+      spec(window_type::hopping, 60'000, 60'000),
+      spec(window_type::hopping, 7, 3),
+      spec(window_type::hopping, 10, 1),
+  };
+  for (const auto& s : specs) {
+    for (int i = 0; i < 2000; ++i) {
+      const int64_t ts = static_cast<int64_t>(rng() % 1'000'000);
+      CHECK(window_starts(s, ts) == starts_by_enumeration(s, ts));
+    }
+    CHECK(window_starts(s, 0) == starts_by_enumeration(s, 0));
+    CHECK(window_starts(s, -5).empty());
+  }
+  // A tumbling window of a minute: one window, the minute the record falls in.
+  CHECK(window_starts(specs[0], 1'796'205'659'999) == std::vector<int64_t>{1'796'205'600'000});
+  // A 1-minute window advancing by 10 s: six windows.
+  CHECK(window_starts(specs[1], 65'000).size() == 6);
+}
+
+TEST_CASE("windows close after end plus grace and expire after end plus retention") {
+  const auto s = spec(window_type::tumbling, 60'000, 0, 30'000, 3'600'000);
+  CHECK_FALSE(window_closed(s, 0, 89'999));
+  CHECK(window_closed(s, 0, 90'000));
+  CHECK_FALSE(window_expired(s, 0, 60'000 + 3'600'000 - 1));
+  CHECK(window_expired(s, 0, 60'000 + 3'600'000));
+  for (int64_t t : {0LL, 5'000'000LL, 123'456'789LL}) {
+    const int64_t first = first_live_start(s, t);
+    CHECK_FALSE(window_expired(s, first, t));
+    CHECK(window_expired(s, first - 1, t));
+  }
+}
+
+TEST_CASE("window specs are validated with the offending field named") {
+  struct row { window_type type; int64_t size, advance, grace, retention; const char* field; };
+  const row rows[] = {
+      {window_type::tumbling, 0, 0, 0, 0, "size"},
+      {window_type::tumbling, 60'000, 10'000, 0, 0, "advance"},
+      {window_type::hopping, 60'000, 0, 0, 0, "advance"},
+      {window_type::hopping, 60'000, 70'000, 0, 0, "advance"},
+      {window_type::tumbling, 60'000, 0, -1, 0, "grace"},
+      {window_type::tumbling, 60'000, 0, 30'000, 80'000, "retention"},
+  };
+  for (const auto& r : rows) {
+    window_spec s;
+    s.type = r.type;
+    s.size_ms = r.size;
+    s.advance_ms = r.advance;
+    s.grace_ms = r.grace;
+    s.retention_ms = r.retention;
+    const status st = normalize(s);
+    CAPTURE(r.field);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.message().rfind(r.field, 0) == 0);
+  }
+  window_spec s;
+  s.size_ms = 60'000;
+  REQUIRE(normalize(s).ok());
+  CHECK(s.advance_ms == 60'000);
+  CHECK(s.retention_ms == 24LL * 3600 * 1000);
+}
+
+TEST_CASE("durations parse with their units") {
+  CHECK(parse_duration_ms("250ms").value() == 250);
+  CHECK(parse_duration_ms("10s").value() == 10'000);
+  CHECK(parse_duration_ms("1m").value() == 60'000);
+  CHECK(parse_duration_ms("24h").value() == 86'400'000);
+  CHECK(parse_duration_ms("7d").value() == 604'800'000);
+  CHECK(parse_duration_ms("1500").value() == 1500);
+  for (const char* bad : {"", "m", "1.5m", "-1s", "10 s", "1w", "99999999999999999999d"})
+    CHECK_FALSE(parse_duration_ms(bad).ok());
+}
+
+TEST_CASE("timestamps parse from epoch ms and ISO-8601 and format back") {
+  // Expected values computed with Python's datetime.fromisoformat(...).timestamp().
+  CHECK(parse_timestamp_ms("2026-12-02T10:00:00Z").value() == 1'796'205'600'000);
+  CHECK(parse_timestamp_ms("2026-12-02T11:00:00.250+01:00").value() == 1'796'205'600'250);
+  CHECK(parse_timestamp_ms("1970-01-01T00:00:00Z").value() == 0);
+  CHECK(parse_timestamp_ms("2024-02-29T23:59:59.999-05:30").value() == 1'709'270'999'999);
+  CHECK(parse_timestamp_ms("1969-12-31T23:59:59.999Z").value() == -1);
+  CHECK(parse_timestamp_ms("1796205600000").value() == 1'796'205'600'000);
+  for (const char* bad : {"", "now", "2026-12-02", "2026-12-02T10:00:00", "2026-02-30T10:00:00Z",
+                          "2026-12-02T25:00:00Z", "2026-12-02T10:00:00.Z", "2026-12-02T10:00:00+0100"})
+    CHECK_FALSE(parse_timestamp_ms(bad).ok());
+
+  CHECK(format_timestamp_ms(1'796'205'600'250) == "2026-12-02T10:00:00.250Z");
+  CHECK(format_timestamp_ms(-1) == "1969-12-31T23:59:59.999Z");
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 1000; ++i) {
+    const int64_t ms = static_cast<int64_t>(rng() % 8'000'000'000'000ULL) - 1'000'000'000'000LL;
+    CHECK(parse_timestamp_ms(format_timestamp_ms(ms)).value() == ms);
+  }
+}
+
+TEST_CASE("windowed keys sort by key bytes, then start, and round-trip") {
+  std::mt19937_64 rng(3);
+  std::vector<std::pair<std::string, int64_t>> pairs;
+  const char alphabet[] = {'\0', '\x01', '\xff', 'a', 'b'};
+  for (int i = 0; i < 3000; ++i) {
+    std::string k;
+    const size_t len = rng() % 5;
+    for (size_t j = 0; j < len; ++j) k.push_back(alphabet[rng() % sizeof alphabet]);
+    const int64_t start = static_cast<int64_t>(rng() % 2000) - 1000;
+    pairs.emplace_back(k, start);
+  }
+  std::vector<std::string> encoded;
+  for (const auto& [k, s] : pairs) {
+    encoded.push_back(encode_windowed_key(k, s));
+    const auto back = decode_windowed_key(encoded.back());
+    REQUIRE(back.has_value());
+    CHECK(back->key == k);
+    CHECK(back->start == s);
+    CHECK(encoded.back().rfind(windowed_key_prefix(k), 0) == 0);
+  }
+  // The model order: key bytes as unsigned, then start.
+  auto bytes_less = [](const std::string& a, const std::string& b) {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                        [](char x, char y) { return static_cast<unsigned char>(x) < static_cast<unsigned char>(y); });
+  };
+  std::vector<size_t> by_model(pairs.size()), by_encoding(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) by_model[i] = by_encoding[i] = i;
+  std::stable_sort(by_model.begin(), by_model.end(), [&](size_t a, size_t b) {
+    if (pairs[a].first != pairs[b].first) return bytes_less(pairs[a].first, pairs[b].first);
+    return pairs[a].second < pairs[b].second;
+  });
+  std::stable_sort(by_encoding.begin(), by_encoding.end(),
+                   [&](size_t a, size_t b) { return bytes_less(encoded[a], encoded[b]); });
+  CHECK(by_model == by_encoding);
+
+  // Keys in [from, to) are exactly the encoded keys in [prefix(from), prefix(to)).
+  for (int i = 0; i < 200; ++i) {
+    const auto& from = pairs[rng() % pairs.size()].first;
+    const auto& to = pairs[rng() % pairs.size()].first;
+    const std::string lo = windowed_key_prefix(from), hi = windowed_key_prefix(to);
+    for (size_t j = 0; j < pairs.size(); ++j) {
+      const bool in_model = !bytes_less(pairs[j].first, from) && bytes_less(pairs[j].first, to);
+      const bool in_encoded = !bytes_less(encoded[j], lo) && bytes_less(encoded[j], hi);
+      CHECK(in_model == in_encoded);
+    }
+  }
+  for (const char* bad : {"", "a", "a\0", "a\0\x01"}) CHECK_FALSE(decode_windowed_key(bad).has_value());
+  CHECK_FALSE(decode_windowed_key(std::string("a\0\0\1", 4)).has_value());
+}
