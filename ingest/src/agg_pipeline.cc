@@ -49,6 +49,9 @@ status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& 
 constexpr const char* offset_header = "kstate.offset";
 
 std::string changelog_position_name(const view_def& v) { return v.name + "#changelog"; }
+// Windowed views: the partition's stream time (largest event time applied), kept with
+// the state so closing and expiry continue where they were after a restart.
+std::string stream_time_name(const view_def& v) { return v.name + "#stream_time"; }
 
 }  // namespace
 
@@ -86,6 +89,9 @@ agg_pipeline::agg_pipeline(const ingest_config& cfg, std::vector<const view_def*
   if (metrics) {
     m_restored_ = &prometheus::BuildCounter().Name("kstate_restore_records_total")
                        .Help("Changelog records applied to a local store (restores)").Register(*metrics);
+    m_late_ = &prometheus::BuildCounter().Name("kstate_ingest_late_records_total")
+                  .Help("Records of windowed stores dropped because every window they fall in had closed")
+                  .Register(*metrics);
     m_txn_ = &prometheus::BuildCounter().Name("kstate_ingest_transactions_total")
                   .Help("Aggregate batches made durable in Kafka, by outcome").Register(*metrics);
   }
@@ -262,6 +268,11 @@ result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topi
       if (!local.ok()) return local.error();
       auto changelog = db_.stored_named_position(changelog_position_name(*v.def), partition);
       if (!changelog.ok()) return changelog.error();
+      if (v.def->windowed()) {
+        auto st = db_.stored_named_position(stream_time_name(*v.def), partition);
+        if (!st.ok()) return st.error();
+        stream_time_[{idx, partition}] = stream_time_committed_[{idx, partition}] = st.value().value_or(-1);
+      }
       std::optional<int64_t> local_input = local.value();
       if (!committed) {
         // Nothing was ever committed for this input, so no committed transaction wrote
@@ -310,6 +321,13 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
   uint64_t applied = 0;
   int64_t end = from;
   auto batch = db_.new_batch();
+  const size_t idx = static_cast<size_t>(&v - views_.data());
+  int64_t stream_time = -1;
+  if (def.windowed()) {
+    auto st = db_.stored_named_position(stream_time_name(def), partition);
+    if (!st.ok()) return st.error();
+    stream_time = st.value().value_or(-1);
+  }
   if (from < high) {
     tpl_ptr list(rd_kafka_topic_partition_list_new(1));
     rd_kafka_topic_partition_list_add(list.get(), cl.c_str(), partition)->offset = from;
@@ -340,6 +358,9 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
           framed_offset = std::strtoll(std::string(static_cast<const char*>(val), len).c_str(), nullptr, 10);
       }
       std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
+      // A windowed changelog record carries the event time of its update; the largest
+      // is the partition's stream time.
+      if (def.windowed()) stream_time = std::max(stream_time, rd_kafka_message_timestamp(m, nullptr));
       if (m->payload)
         batch.put(v.id, partition, key, frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
       else
@@ -358,6 +379,10 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
     if (auto e = rd_kafka_assign(restorer_, nullptr)) log()->warn("unassigning {}: {}", cl, rd_kafka_err2str(e));
   }
   batch.set_named_position(changelog_position_name(def), partition, end);
+  if (def.windowed()) {
+    batch.set_named_position(stream_time_name(def), partition, stream_time);
+    stream_time_[{idx, partition}] = stream_time_committed_[{idx, partition}] = stream_time;
+  }
   if (input_resume) batch.set_position(v.id, partition, *input_resume);
   if (auto s = db_.write(batch); !s.ok()) return s;
   ownership_.update_restore(def.topic, partition, end - from, total);
@@ -372,6 +397,11 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
 }
 
 void agg_pipeline::forget(const std::string& topic, int32_t partition) {
+  if (auto it = stage2_.find(topic); it != stage2_.end())
+    for (size_t idx : it->second) {
+      stream_time_.erase({idx, partition});
+      stream_time_committed_.erase({idx, partition});
+    }
   committed_.erase({topic, partition});
   consumed_.erase({topic, partition});
 }
@@ -385,7 +415,9 @@ void agg_pipeline::begin_if_needed() {
 }
 
 status agg_pipeline::produce(const std::string& topic, int32_t partition, std::string_view key,
-                             std::optional<std::string_view> value, int64_t input_offset) {
+                             std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp) {
+  // 0 lets the producer stamp the record with the current time.
+  const int64_t ts = timestamp > 0 ? timestamp : 0;
   begin_if_needed();
   auto off = std::to_string(input_offset);
   bool changelog = input_offset >= 0;
@@ -396,14 +428,14 @@ status agg_pipeline::produce(const std::string& topic, int32_t partition, std::s
     if (changelog) {
       err = rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
                               RD_KAFKA_V_KEY(key.data(), key.size()),
-                              RD_KAFKA_V_VALUE(vptr, vlen),
+                              RD_KAFKA_V_VALUE(vptr, vlen), RD_KAFKA_V_TIMESTAMP(ts),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                               RD_KAFKA_V_HEADER(offset_header, off.data(), static_cast<ssize_t>(off.size())),
                               RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(1)), RD_KAFKA_V_END);
     } else {
       err = rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
                               RD_KAFKA_V_KEY(key.data(), key.size()),
-                              RD_KAFKA_V_VALUE(vptr, vlen),
+                              RD_KAFKA_V_VALUE(vptr, vlen), RD_KAFKA_V_TIMESTAMP(ts),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     }
     if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
@@ -441,13 +473,14 @@ void agg_pipeline::stage1(view_state& v, const record& r) {
   // Words carry no value: stage 2 only counts them.
   std::optional<std::string_view> value = v.def->group_by == group_by_kind::words ? std::nullopt : r.value;
   for (const auto& k : keys) {
-    auto s = produce(v.def->topic, murmur2_(k, count), k, value, -1);
+    // The input's timestamp travels with the re-keyed record: it is the event time of
+    // windowed views.
+    auto s = produce(v.def->topic, murmur2_(k, count), k, value, -1, r.timestamp);
     if (!s.ok()) log()->error("{}", s.message());
   }
 }
 
 void agg_pipeline::stage2(view_state& v, const record& r) {
-  size_t idx = static_cast<size_t>(&v - views_.data());
   std::string key;
   if (v.def->rekeyed()) {
     // Re-keyed by stage 1: the key is the group key.
@@ -461,6 +494,41 @@ void agg_pipeline::stage2(view_state& v, const record& r) {
     }
     key = std::move(keys.front());
   }
+  if (!v.def->windowed()) {
+    fold(v, r, key, r.timestamp);
+    return;
+  }
+  int64_t ts = 0;
+  if (auto why = event_time(*v.def, r.value, r.timestamp, ts); !why.empty()) {
+    builder_.reject(*v.def, r, std::move(why));
+    return;
+  }
+  if (auto why = v.agg.check(r.value); !why.empty()) {
+    builder_.reject(*v.def, r, std::move(why));
+    return;
+  }
+  const size_t idx = static_cast<size_t>(&v - views_.data());
+  int64_t& stream_time = stream_time_.try_emplace({idx, r.partition}, -1).first->second;
+  stream_time = std::max(stream_time, ts);
+  bool any = false;
+  for (int64_t start : window_starts(*v.def->window, ts)) {
+    // A window that closed (end + grace reached) takes no more records.
+    if (window_closed(*v.def->window, start, stream_time)) continue;
+    any = true;
+    if (!fold(v, r, encode_windowed_key(key, start), ts)) return;
+  }
+  if (!any) {
+    ++late_total_;
+    if (m_late_) m_late_->Add({{"store", v.def->name}}).Increment();
+    log()->debug("{}-{}@{}: late for store {} (event time {}, stream time {}): dropped", r.topic, r.partition,
+                 r.offset, v.def->name, ts, stream_time);
+  } else {
+    builder_.note_applied(v.def->name, r.topic, r.partition);
+  }
+}
+
+bool agg_pipeline::fold(view_state& v, const record& r, const std::string& key, int64_t timestamp) {
+  size_t idx = static_cast<size_t>(&v - views_.data());
   auto slot = cache_.find({idx, r.partition, key});
   std::optional<std::string> cur;
   if (slot != cache_.end()) {
@@ -472,17 +540,19 @@ void agg_pipeline::stage2(view_state& v, const record& r) {
   auto out = v.agg.apply(cur, r.value);
   if (!out.error.empty()) {
     builder_.reject(*v.def, r, std::move(out.error));
-    return;
+    return false;
   }
   if (slot == cache_.end()) slot = cache_.emplace(std::make_tuple(idx, r.partition, key), cached{}).first;
   slot->second.state = std::move(out.state);
   slot->second.input_offset = r.offset;
+  slot->second.timestamp = timestamp;
   slot->second.dirty = true;
-  builder_.note_applied(v.def->name, r.topic, r.partition);
+  if (!v.def->windowed()) builder_.note_applied(v.def->name, r.topic, r.partition);
   if (!v.def->cache) {
-    auto s = produce(v.def->changelog_topic, r.partition, key, slot->second.state, r.offset);
+    auto s = produce(v.def->changelog_topic, r.partition, key, slot->second.state, r.offset, timestamp);
     if (!s.ok()) log()->error("{}", s.message());
   }
+  return true;
 }
 
 void agg_pipeline::add(const record& r) {
@@ -508,6 +578,7 @@ agg_pipeline::outcome agg_pipeline::abort_and_rewind(std::string& error, const s
   }
   in_txn_ = false;
   cache_.clear();
+  stream_time_ = stream_time_committed_;
   delivered_end_.clear();
   delivery_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
   // Read the batch's input again from the last committed offsets.
@@ -535,7 +606,7 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
   for (auto& [k, c] : cache_) {
     auto& v = views_[std::get<0>(k)];
     if (!v.def->cache || !c.dirty) continue;
-    auto s = produce(v.def->changelog_topic, std::get<1>(k), std::get<2>(k), c.state, c.input_offset);
+    auto s = produce(v.def->changelog_topic, std::get<1>(k), std::get<2>(k), c.state, c.input_offset, c.timestamp);
     if (!s.ok()) return abort_and_rewind(error, s.message());
   }
   begin_if_needed();
@@ -603,6 +674,12 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
       auto d = delivered_end_.find({v.def->changelog_topic, tp.second});
       if (d != delivered_end_.end()) batch.set_named_position(changelog_position_name(*v.def), tp.second, d->second);
     }
+  }
+  for (const auto& [vp, t] : stream_time_) {
+    auto& committed = stream_time_committed_[vp];
+    if (committed == t) continue;
+    committed = t;
+    batch.set_named_position(stream_time_name(*views_[vp.first].def), vp.second, t);
   }
   for (const auto& [tp, next] : consumed_) committed_[tp] = next;
   cache_.clear();

@@ -86,6 +86,8 @@ class agg_pipeline {
 
   // Records applied from changelogs since start (all stores), for logs and tests.
   uint64_t restored_records() const { return restored_total_.load(); }
+  // Records dropped because every window they fall in had closed (all views).
+  uint64_t late_records() const { return late_total_.load(); }
 
  private:
   struct view_state {
@@ -96,16 +98,20 @@ class agg_pipeline {
   struct cached {
     std::string state;      // aggregate JSON
     int64_t input_offset;   // offset of the last record folded in
+    int64_t timestamp = -1; // event time of the last record folded in (changelog timestamp)
     bool dirty = false;     // changed in this batch (cache mode: not yet produced)
   };
 
   status create_topics();
   status produce(const std::string& topic, int32_t partition, std::string_view key,
-                 std::optional<std::string_view> value, int64_t input_offset);
+                 std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp);
   void begin_if_needed();
   std::optional<std::string> current(view_state& v, int32_t partition, const std::string& key, int64_t& offset_out);
   void stage1(view_state& v, const record& r);
   void stage2(view_state& v, const record& r);
+  // Folds `value` into the aggregate of `key` (the stored key) in the batch's cache and
+  // writes the changelog record; false when the view rejected the record.
+  bool fold(view_state& v, const record& r, const std::string& key, int64_t timestamp);
   outcome abort_and_rewind(std::string& error, const std::string& why);
   status restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume);
 
@@ -136,6 +142,12 @@ class agg_pipeline {
   struct planned { size_t view; int32_t partition; int64_t from; std::optional<int64_t> resume; };
   std::vector<planned> planned_;
   std::atomic<uint64_t> restored_total_{0};
+  std::atomic<uint64_t> late_total_{0};
+  // Windowed views: stream time (largest event time seen) per (view index, partition),
+  // as of the last commit and as of the records added since.
+  std::map<std::pair<size_t, int32_t>, int64_t> stream_time_committed_;
+  std::map<std::pair<size_t, int32_t>, int64_t> stream_time_;
+  prometheus::Family<prometheus::Counter>* m_late_ = nullptr;
   prometheus::Family<prometheus::Counter>* m_restored_ = nullptr;
   prometheus::Family<prometheus::Counter>* m_txn_ = nullptr;
 

@@ -135,6 +135,31 @@ std::string group_keys(const view_def& view, std::optional<std::string_view> key
   return "unknown group_by";
 }
 
+std::string event_time(const view_def& view, std::optional<std::string_view> value, int64_t record_timestamp,
+                       int64_t& out) {
+  if (!view.window || view.window->time_field.empty()) {
+    if (record_timestamp < 0) return "record has no timestamp";
+    out = record_timestamp;
+    return {};
+  }
+  const auto& path = view.window->time_field;
+  json doc;
+  if (!value || !parse_json(*value, doc)) return "value is not valid JSON: no field '" + path + "' for the event time";
+  const json* f = at_path(doc, path);
+  if (!f || f->is_null()) return "value has no field '" + path + "' for the event time";
+  if (f->is_number_integer()) {
+    out = f->get<int64_t>();
+  } else if (f->is_string()) {
+    auto t = parse_timestamp_ms(f->get_ref<const std::string&>());
+    if (!t.ok()) return "field '" + path + "': " + t.error().message();
+    out = t.value();
+  } else {
+    return "field '" + path + "' is not a timestamp (epoch ms or ISO-8601 string)";
+  }
+  if (out < 0) return "field '" + path + "' is before the epoch";
+  return {};
+}
+
 aggregator::aggregator(const view_def& view) : view_(view) {}
 
 std::string aggregator::check(std::optional<std::string_view> value) const {

@@ -521,6 +521,7 @@ struct engine::impl {
         r.topic = rd_kafka_topic_name(m->rkt);
         r.partition = m->partition;
         r.offset = m->offset;
+        r.timestamp = rd_kafka_message_timestamp(m, nullptr);
         if (m->key) r.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
         if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
         builder->add(r);

@@ -76,6 +76,45 @@ query_result<key_answer> engine::get(const key_query& q) const {
   return read_key(*vid, partition, q.key, false);
 }
 
+query_result<window_answer> engine::windows(const window_query& q) const {
+  using R = query_result<window_answer>;
+  const auto* view = find_store(q.store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
+  if (!view->window) return R::fail(failure_reason::store_exception, "store '" + q.store + "' is not windowed");
+  auto vid = db_.find_view(view->name);
+  auto part_fn = partitioners_.find(view->name);
+  if (!vid || part_fn == partitioners_.end())
+    return R::fail(failure_reason::store_exception, "store '" + q.store + "' is not open");
+  int32_t count = ownership_.partition_count(view->topic);
+  if (count <= 0) return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
+  int32_t partition = part_fn->second(q.key, count);
+  if (auto f = require_partition<window_answer>(*view, partition)) return *f;
+
+  const window_spec& w = *view->window;
+  window_answer a;
+  a.partition = partition;
+  auto st = db_.stored_named_position(view->name + "#stream_time", partition);
+  if (!st.ok()) return R::fail(failure_reason::store_exception, st.error().to_string());
+  a.stream_time = st.value().value_or(-1);
+  // Windows overlapping [from, to) start in (from - size, to); expired ones are skipped.
+  int64_t lowest = q.from - w.size_ms + 1;
+  if (a.stream_time >= 0) lowest = std::max(lowest, first_live_start(w, a.stream_time));
+  auto snap = db_.read_snapshot();
+  auto pos = snap->position(*vid, partition);
+  if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
+  a.pos[partition] = pos.value().value_or(0);
+  if (lowest >= q.to) return R::success(std::move(a));
+  auto it = snap->scan(*vid, partition, encode_windowed_key(q.key, lowest), encode_windowed_key(q.key, q.to), false);
+  for (; it->valid(); it->next()) {
+    auto wk = decode_windowed_key(it->key());
+    auto f = unframe_value(it->value());
+    if (!wk || !f) return R::fail(failure_reason::store_exception, "stored window is malformed");
+    a.windows.push_back(window_entry{wk->start, wk->start + w.size_ms, std::string(f->value), f->offset});
+  }
+  if (auto e = it->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
+  return R::success(std::move(a));
+}
+
 query_result<key_answer> engine::read_key(storage::view_id view, int32_t partition, std::string_view key,
                                           bool need_copy) const {
   using R = query_result<key_answer>;

@@ -7,6 +7,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <charconv>
+#include <limits>
 #include <condition_variable>
 #include <nlohmann/json.hpp>
 #include <mutex>
@@ -247,6 +248,7 @@ class api {
   http_response list_stores(const http_request&, const captures&) const;
   http_response describe_store(const http_request& req, const captures& c) const;
   http_response get_key(const http_request& req, const captures& c) const;
+  http_response key_windows(const http_request& req, const captures& c) const;
   http_response range(const http_request& req, const captures& c) const;
   http_response batch_get(const http_request& req, const captures& c) const;
   http_response count(const http_request& req, const captures& c) const;
@@ -330,6 +332,7 @@ const std::vector<route>& api::routes() {
        &api::batch_get},
       {"GET", {"v1", "stores", "{store}", "count"}, {"min_position", "timeout_ms", "partitions"}, true, &api::count},
       {"GET", {"v1", "stores", "{store}", "keys", "{key}", "metadata"}, {"key_format"}, false, &api::key_metadata},
+      {"GET", {"v1", "stores", "{store}", "windows", "{key}"}, {"from", "to", "key_format"}, false, &api::key_windows},
       {"GET", {"v1", "cluster"}, {"scope"}, false, &api::cluster, access::cluster},
   };
   return r;
@@ -685,6 +688,60 @@ http_response api::get_key(const http_request& req, const captures& c) const {
   b += '}';
   r.with_header("X-Kstate-Position", position_header(a.pos));
   return r;
+}
+
+http_response api::key_windows(const http_request& req, const captures& c) const {
+  const view_def* view = nullptr;
+  http_response err;
+  auto key = request_key(req, c.store, c.key, view, err);
+  if (!key) return err;
+  if (!view->window)
+    return problem(failure_reason::bad_request,
+                   "store '" + c.store + "' is not windowed; read its keys at /v1/stores/" + c.store + "/keys/{key}",
+                   req.path);
+  query::window_query q{c.store, *key, 0, std::numeric_limits<int64_t>::max()};
+  for (auto [name, out] : {std::pair{"from", &q.from}, std::pair{"to", &q.to}}) {
+    auto text = req.param(name);
+    if (!text) continue;
+    auto t = parse_timestamp_ms(*text);
+    if (!t.ok()) return problem(failure_reason::bad_request, std::string(name) + ": " + t.error().message(), req.path);
+    *out = t.value();
+  }
+  if (q.from >= q.to) return problem(failure_reason::bad_request, "from must be before to", req.path);
+  auto res = ctx_.queries->windows(q);
+  if (!res.ok()) {
+    if (res.failure == query::failure_reason::not_active && ctx_.membership && ctx_.peers) {
+      if (req.header(hop_header))
+        return problem(failure_reason::not_owner,
+                       "a forwarded request reached an instance that does not own the partition; the group is "
+                       "rebalancing",
+                       req.path);
+      auto loc = ctx_.queries->locate(c.store, *key);
+      auto owner = loc ? ctx_.membership->current()->owner(loc->first, loc->second) : std::nullopt;
+      if (owner && *owner != ctx_.instance) {
+        c.forward_to = *owner;
+        return {};
+      }
+    }
+    return from_failure(*res.failure, res.message, req.path);
+  }
+  const auto& a = *res.answer;
+  json data = json::array();
+  for (const auto& w : a.windows)
+    data.push_back(json{{"start", w.start},
+                        {"end", w.end},
+                        {"start_time", format_timestamp_ms(w.start)},
+                        {"end_time", format_timestamp_ms(w.end)},
+                        {"value", render_value(data_format::json, w.value)},
+                        {"offset", w.offset}});
+  json body{{"store", c.store},
+            {"key", render_key(view->key_format, *key)},
+            {"data", std::move(data)},
+            {"partition", a.partition},
+            {"stream_time", a.stream_time},
+            {"position", position_json(a.pos)},
+            {"served_by", ctx_.instance}};
+  return json_response(200, body).with_header("X-Kstate-Position", position_header(a.pos));
 }
 
 // NDJSON body of a streaming scan: pieces of at most 256 entries, each pulled only when

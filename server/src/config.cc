@@ -189,6 +189,39 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
       v.changelog_configs[k] = get_string(kv.second, where + ".changelog_configs." + k);
     }
   }
+  if (auto w = n["window"]) {
+    const std::string ww = where + ".window";
+    if (!w.IsMap()) fail(ww, "must be a map: {type: tumbling|hopping, size: 1m, advance: 10s, grace: 30s, retention: 24h}");
+    check_keys(w, ww, {"type", "size", "advance", "grace", "retention", "time_field"});
+    window_spec spec;
+    if (w["type"]) {
+      auto t = get_string(w["type"], ww + ".type");
+      if (!parse_window_type(t, spec.type)) fail(ww + ".type", "must be tumbling or hopping (got '" + t + "')");
+    }
+    auto duration = [&](const char* key, int64_t& out) {
+      if (!w[key]) return;
+      auto d = parse_duration_ms(get_string(w[key], ww + "." + key));
+      if (!d.ok()) fail(ww + "." + key, d.error().message());
+      out = d.value();
+    };
+    if (!w["size"]) fail(ww + ".size", "is required (e.g. 1m)");
+    duration("size", spec.size_ms);
+    duration("advance", spec.advance_ms);
+    duration("grace", spec.grace_ms);
+    duration("retention", spec.retention_ms);
+    if (spec.type == window_type::hopping && !w["advance"]) fail(ww + ".advance", "is required for hopping windows");
+    if (w["time_field"]) {
+      spec.time_field = get_string(w["time_field"], ww + ".time_field");
+      if (!path_ok(spec.time_field)) fail(ww + ".time_field", "must be a dotted path such as event.time (got '" + spec.time_field + "')");
+    }
+    if (auto s = normalize(spec); !s.ok()) {
+      // normalize() names the field first: "size: ..." -> <view>.window.size
+      const auto& m = s.message();
+      auto colon = m.find(": ");
+      fail(ww + "." + m.substr(0, colon), colon == std::string::npos ? m : m.substr(colon + 2));
+    }
+    v.window = spec;
+  }
   if (n["cache"]) {
     if (!n["cache"].IsScalar()) fail(where + ".cache", "must be true or false");
     try {
@@ -202,7 +235,7 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
 view_def parse_view(const YAML::Node& n, const std::string& where) {
   check_keys(n, where, {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic",
                         "group_by", "value", "reduce", "fields", "repartition_partitions", "replication_factor",
-                        "changelog_configs", "cache"});
+                        "changelog_configs", "cache", "window"});
   view_def v;
   if (!n["name"]) fail(where + ".name", "is required");
   v.name = get_string(n["name"], where + ".name");
@@ -219,7 +252,7 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
     parse_aggregate(n, where, v);
   } else {
     for (const char* k : {"group_by", "value", "reduce", "fields", "repartition_partitions", "replication_factor",
-                          "changelog_configs", "cache"})
+                          "changelog_configs", "cache", "window"})
       if (n[k]) fail(where + "." + k, "applies to aggregate views only (kind count, sum, reduce, aggregate)");
   }
   auto format = [&](const char* key, data_format& out) {
@@ -644,6 +677,16 @@ std::string render_config(const app_config& c) {
         e << YAML::EndMap;
       }
       e << YAML::Key << "cache" << YAML::Value << v.cache;
+      if (v.window) {
+        e << YAML::Key << "window" << YAML::Value << YAML::BeginMap
+          << YAML::Key << "type" << YAML::Value << to_string(v.window->type)
+          << YAML::Key << "size" << YAML::Value << std::to_string(v.window->size_ms) + "ms"
+          << YAML::Key << "advance" << YAML::Value << std::to_string(v.window->advance_ms) + "ms"
+          << YAML::Key << "grace" << YAML::Value << std::to_string(v.window->grace_ms) + "ms"
+          << YAML::Key << "retention" << YAML::Value << std::to_string(v.window->retention_ms) + "ms";
+        if (!v.window->time_field.empty()) e << YAML::Key << "time_field" << YAML::Value << v.window->time_field;
+        e << YAML::EndMap;
+      }
     }
     e << YAML::EndMap;
   }

@@ -114,7 +114,8 @@ std::string hex(std::string_view bytes) {
 
 namespace {
 std::string bytes_line(const produced& r) {
-  return (r.key ? hex(*r.key) : "-") + "\t" + (r.value ? hex(*r.value) : "-") + "\n";
+  return (r.key ? hex(*r.key) : "-") + "\t" + (r.value ? hex(*r.value) : "-") +
+         (r.timestamp ? "\t" + std::to_string(*r.timestamp) : std::string()) + "\n";
 }
 }  // namespace
 

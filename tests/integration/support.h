@@ -37,6 +37,8 @@ void create_topic(const std::string& topic, int partitions);
 struct produced {
   std::optional<std::string> key;
   std::optional<std::string> value;
+  // Record timestamp, ms (produce_bytes only); nullopt: the producer's clock.
+  std::optional<int64_t> timestamp;
 };
 // Produces with the real Java console producer (partitioning by the Java client's
 // default partitioner), in order. Keys and values must not contain tabs or newlines.

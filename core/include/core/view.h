@@ -3,9 +3,12 @@
 // it) and query (which answers from it).
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/window.h"
 
 namespace kstate {
 
@@ -76,10 +79,14 @@ struct view_def {
   // true: one changelog record per key per batch (the last update, as Kafka Streams'
   // record cache); false: one changelog record per update. Default false.
   bool cache = false;
+  // Windowed aggregates: the aggregate is kept per (key, window); nullopt: not windowed.
+  // The stored key is encode_windowed_key(group key, window start) (core/window.h).
+  std::optional<window_spec> window;
 
   // The topic records are read from (`source`, or `topic` when it is not set).
   const std::string& input_topic() const noexcept { return source.empty() ? topic : source; }
   bool is_aggregate() const noexcept { return kind != view_kind::table; }
+  bool windowed() const noexcept { return window.has_value(); }
   bool rekeyed() const noexcept { return is_aggregate() && group_by != group_by_kind::key; }
 };
 

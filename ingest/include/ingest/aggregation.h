@@ -28,6 +28,12 @@ std::vector<std::string> split_words(std::string_view line);
 std::string group_keys(const view_def& view, std::optional<std::string_view> key,
                        std::optional<std::string_view> value, std::vector<std::string>& out);
 
+// The event time of a record for a windowed view: the JSON field window.time_field
+// (epoch ms or ISO-8601) when set, else the record timestamp. Empty string: `out` is
+// set; otherwise why the record has none.
+std::string event_time(const view_def& view, std::optional<std::string_view> value, int64_t record_timestamp,
+                       int64_t& out);
+
 class aggregator {
  public:
   explicit aggregator(const view_def& view);

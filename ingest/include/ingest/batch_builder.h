@@ -25,6 +25,7 @@ struct record {
   int64_t offset = 0;
   std::optional<std::string_view> key;    // nullopt: null key
   std::optional<std::string_view> value;  // nullopt: tombstone
+  int64_t timestamp = -1;                 // record timestamp, ms since the epoch (-1: none)
 };
 
 // A record a view refused, with the reason; owns copies of its bytes so it can be

@@ -107,6 +107,27 @@ struct batch_answer {
   position pos;                      // every partition touched
 };
 
+// The windows of one key of a windowed store overlapping [from, to) (event time, ms):
+// every window with start < to and end > from, ordered by start.
+struct window_query {
+  std::string store;
+  std::string key;  // serialized group key bytes
+  int64_t from = 0;
+  int64_t to = 0;
+};
+struct window_entry {
+  int64_t start;      // inclusive, ms since the epoch
+  int64_t end;        // exclusive
+  std::string value;  // the aggregate (JSON)
+  int64_t offset;     // offset of the last record folded into it
+};
+struct window_answer {
+  std::vector<window_entry> windows;
+  int32_t partition = -1;
+  position pos;
+  int64_t stream_time = -1;  // largest event time applied to the partition (-1: none yet)
+};
+
 struct partition_info {
   int32_t partition;
   bool assigned;
@@ -154,6 +175,10 @@ class engine {
   // A page of at most `limit` entries of open_range(q).
   query_result<range_answer> range(const range_query& q, size_t limit) const;
 
+  // Windows of a key of a windowed store, from one snapshot. Windows expired at the
+  // partition's stream time (core/window.h) are never answered, whether or not
+  // compaction has removed them from disk yet.
+  query_result<window_answer> windows(const window_query& q) const;
   // Number of keys: exact (a scan) when the store holds at most `exact_limit` keys by
   // RocksDB's estimate, otherwise the estimate, marked inexact.
   // With `partitions`, only those (a scatter-gather part); an estimate is then scaled by
