@@ -1,5 +1,7 @@
 #include "agg_pipeline.h"
 
+#include "kafka_common.h"
+
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
@@ -14,35 +16,10 @@
 namespace kstate::ingest {
 namespace {
 
-std::shared_ptr<spdlog::logger> log() {
-  static auto l = [] {
-    if (auto existing = spdlog::get("ingest")) return existing;
-    auto created = spdlog::default_logger()->clone("ingest");
-    spdlog::register_logger(created);
-    return created;
-  }();
-  return l;
-}
-
 void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
-  auto lvl = level <= 3 ? spdlog::level::err : level == 4 ? spdlog::level::warn
-           : level <= 6 ? spdlog::level::info : spdlog::level::debug;
-  log()->log(lvl, "librdkafka {}: {}", fac, buf);
+  log()->log(rdkafka_level(level), "librdkafka {}: {}", fac, buf);
 }
 
-struct conf_deleter { void operator()(rd_kafka_conf_t* c) const { rd_kafka_conf_destroy(c); } };
-using conf_ptr = std::unique_ptr<rd_kafka_conf_t, conf_deleter>;
-struct tpl_deleter { void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); } };
-using tpl_ptr = std::unique_ptr<rd_kafka_topic_partition_list_t, tpl_deleter>;
-struct error_deleter { void operator()(rd_kafka_error_t* e) const { rd_kafka_error_destroy(e); } };
-using error_ptr = std::unique_ptr<rd_kafka_error_t, error_deleter>;
-
-status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v) {
-  char err[512];
-  if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
-    return invalid_argument("kafka property '" + k + "': " + err);
-  return status::ok_status();
-}
 
 // The changelog header carrying the store-topic offset of the record that produced an
 // aggregate, so a restored value reports the same record offset as the original.

@@ -1,5 +1,7 @@
 #include "ingest/engine.h"
 
+#include "kafka_common.h"
+
 #include <librdkafka/rdkafka.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -18,17 +20,6 @@
 namespace kstate::ingest {
 namespace {
 
-std::shared_ptr<spdlog::logger> log() {
-  static auto l = [] {
-    auto existing = spdlog::get("ingest");
-    if (existing) return existing;
-    auto created = spdlog::default_logger()->clone("ingest");
-    spdlog::register_logger(created);
-    return created;
-  }();
-  return l;
-}
-
 // librdkafka's logs, routed into the ingest logger with matching levels.
 void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
   // Group commits are informational (positions live in RocksDB); a commit refused
@@ -37,22 +28,9 @@ void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf)
     log()->debug("librdkafka {}: {}", fac, buf);
     return;
   }
-  auto lvl = level <= 3 ? spdlog::level::err : level == 4 ? spdlog::level::warn
-           : level <= 6 ? spdlog::level::info : spdlog::level::debug;
-  log()->log(lvl, "librdkafka {}: {}", fac, buf);
+  log()->log(rdkafka_level(level), "librdkafka {}: {}", fac, buf);
 }
 
-struct conf_deleter { void operator()(rd_kafka_conf_t* c) const { rd_kafka_conf_destroy(c); } };
-using conf_ptr = std::unique_ptr<rd_kafka_conf_t, conf_deleter>;
-struct tpl_deleter { void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); } };
-using tpl_ptr = std::unique_ptr<rd_kafka_topic_partition_list_t, tpl_deleter>;
-
-status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v) {
-  char err[512];
-  if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
-    return invalid_argument("kafka property '" + k + "': " + err);
-  return status::ok_status();
-}
 
 }  // namespace
 

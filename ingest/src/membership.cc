@@ -1,5 +1,7 @@
 #include "ingest/membership.h"
 
+#include "kafka_common.h"
+
 #include <librdkafka/rdkafka.h>
 #include <spdlog/spdlog.h>
 
@@ -13,21 +15,6 @@
 namespace kstate::ingest {
 namespace {
 
-std::shared_ptr<spdlog::logger> log() {
-  static auto l = [] {
-    if (auto existing = spdlog::get("ingest")) return existing;
-    auto created = spdlog::default_logger()->clone("ingest");
-    try {
-      spdlog::register_logger(created);
-    } catch (const spdlog::spdlog_ex&) {
-      // The engine registered it first (another thread, same instant): use that one.
-      if (auto existing = spdlog::get("ingest")) return existing;
-    }
-    return created;
-  }();
-  return l;
-}
-
 void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
   // The `kafka:` properties are shared with the consumer; that this admin-only producer
   // handle ignores the consumer's (session.timeout.ms, ...) is expected, not a warning.
@@ -35,9 +22,7 @@ void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf)
     log()->debug("membership librdkafka {}: {}", fac, buf);
     return;
   }
-  auto lvl = level <= 3 ? spdlog::level::err : level == 4 ? spdlog::level::warn
-           : level <= 6 ? spdlog::level::info : spdlog::level::debug;
-  log()->log(lvl, "membership librdkafka {}: {}", fac, buf);
+  log()->log(rdkafka_level(level), "membership librdkafka {}: {}", fac, buf);
 }
 
 // The separator between the client id and the fields after it, and the one field
@@ -99,19 +84,6 @@ bool same_members(const std::vector<member_info>& a, const std::vector<member_in
   return true;
 }
 
-struct event_deleter { void operator()(rd_kafka_event_t* e) const { rd_kafka_event_destroy(e); } };
-using event_ptr = std::unique_ptr<rd_kafka_event_t, event_deleter>;
-struct options_deleter { void operator()(rd_kafka_AdminOptions_t* o) const { rd_kafka_AdminOptions_destroy(o); } };
-using options_ptr = std::unique_ptr<rd_kafka_AdminOptions_t, options_deleter>;
-struct conf_deleter { void operator()(rd_kafka_conf_t* c) const { rd_kafka_conf_destroy(c); } };
-using conf_ptr = std::unique_ptr<rd_kafka_conf_t, conf_deleter>;
-
-status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v) {
-  char err[512];
-  if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
-    return invalid_argument("kafka property '" + k + "': " + err);
-  return status::ok_status();
-}
 
 // Rebalance callbacks come in bursts (cooperative rebalancing revokes, then assigns);
 // refreshes prompted by them are at least this far apart.

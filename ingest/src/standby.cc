@@ -1,5 +1,7 @@
 #include "ingest/standby.h"
 
+#include "kafka_common.h"
+
 #include <librdkafka/rdkafka.h>
 #include <spdlog/spdlog.h>
 
@@ -14,16 +16,6 @@
 
 namespace kstate::ingest {
 namespace {
-
-std::shared_ptr<spdlog::logger> log() {
-  static auto l = [] {
-    if (auto existing = spdlog::get("ingest")) return existing;
-    auto created = spdlog::default_logger()->clone("ingest");
-    spdlog::register_logger(created);
-    return created;
-  }();
-  return l;
-}
 
 using tp = std::pair<std::string, int32_t>;
 
