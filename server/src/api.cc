@@ -255,6 +255,10 @@ class api {
   http_response key_metadata(const http_request& req, const captures& c) const;
   // An answer from this instance's own copy of the key's partition, marked stale with
   // its lag; nullopt when there is no copy here.
+  // A key whose partition is not held here: sets c.forward_to to its owner (and
+  // returns an empty response), or answers 503 not_owner for a request that was
+  // already forwarded; nullopt when no owner is known.
+  std::optional<http_response> to_owner(const http_request& req, const captures& c, const std::string& key) const;
   std::optional<http_response> stale_answer(const http_request& req, const std::string& store,
                                             const std::string& key) const;
   http_response cluster(const http_request& req, const captures& c) const;
@@ -629,6 +633,21 @@ std::optional<std::string> api::request_key(const http_request& req, const std::
   return std::move(*key);
 }
 
+std::optional<http_response> api::to_owner(const http_request& req, const captures& c,
+                                           const std::string& key) const {
+  if (!ctx_.membership || !ctx_.peers) return std::nullopt;
+  if (req.header(hop_header))
+    return problem(failure_reason::not_owner,
+                   "a forwarded request reached an instance that does not own the partition; the group is "
+                   "rebalancing",
+                   req.path);
+  auto loc = ctx_.queries->locate(c.store, key);
+  auto owner = loc ? ctx_.membership->current()->owner(loc->first, loc->second) : std::nullopt;
+  if (!owner || *owner == ctx_.instance) return std::nullopt;
+  c.forward_to = *owner;
+  return http_response{};
+}
+
 http_response api::get_key(const http_request& req, const captures& c) const {
   const view_def* view = nullptr;
   http_response err;
@@ -636,19 +655,8 @@ http_response api::get_key(const http_request& req, const captures& c) const {
   if (!key) return err;
   auto res = ctx_.queries->get({c.store, *key});
   if (!res.ok()) {
-    if (res.failure == query::failure_reason::not_active && ctx_.membership && ctx_.peers) {
-      if (req.header(hop_header))
-        return problem(failure_reason::not_owner,
-                       "a forwarded request reached an instance that does not own the partition; the group is "
-                       "rebalancing",
-                       req.path);
-      auto loc = ctx_.queries->locate(c.store, *key);
-      auto owner = loc ? ctx_.membership->current()->owner(loc->first, loc->second) : std::nullopt;
-      if (owner && *owner != ctx_.instance) {
-        c.forward_to = *owner;
-        return {};
-      }
-    }
+    if (res.failure == query::failure_reason::not_active)
+      if (auto routed = to_owner(req, c, *key)) return std::move(*routed);
     if (req.param("allow_stale") == "true") {
       if (auto stale = stale_answer(req, c.store, *key)) return std::move(*stale);
     }
@@ -710,19 +718,8 @@ http_response api::key_windows(const http_request& req, const captures& c) const
   if (q.from >= q.to) return problem(failure_reason::bad_request, "from must be before to", req.path);
   auto res = ctx_.queries->windows(q);
   if (!res.ok()) {
-    if (res.failure == query::failure_reason::not_active && ctx_.membership && ctx_.peers) {
-      if (req.header(hop_header))
-        return problem(failure_reason::not_owner,
-                       "a forwarded request reached an instance that does not own the partition; the group is "
-                       "rebalancing",
-                       req.path);
-      auto loc = ctx_.queries->locate(c.store, *key);
-      auto owner = loc ? ctx_.membership->current()->owner(loc->first, loc->second) : std::nullopt;
-      if (owner && *owner != ctx_.instance) {
-        c.forward_to = *owner;
-        return {};
-      }
-    }
+    if (res.failure == query::failure_reason::not_active)
+      if (auto routed = to_owner(req, c, *key)) return std::move(*routed);
     return from_failure(*res.failure, res.message, req.path);
   }
   const auto& a = *res.answer;
