@@ -28,7 +28,7 @@ constexpr const char* offset_header = "kstate.offset";
 std::string changelog_position_name(const view_def& v) { return v.name + "#changelog"; }
 // Windowed views: the partition's stream time (largest event time applied), kept with
 // the state so closing and expiry continue where they were after a restart.
-std::string stream_time_name(const view_def& v) { return v.name + "#stream_time"; }
+std::string stream_time_name(const view_def& v) { return stream_time_position_name(v); }
 
 }  // namespace
 

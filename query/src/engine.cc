@@ -59,52 +59,55 @@ std::optional<std::pair<std::string, int32_t>> engine::locate(std::string_view s
   return std::make_pair(view->topic, part_fn->second(key, count));
 }
 
-query_result<key_answer> engine::get(const key_query& q) const {
-  using R = query_result<key_answer>;
-  const auto* view = find_store(q.store);
-  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
-  auto vid = db_.find_view(view->name);
+template <typename T>
+std::optional<query_result<T>> engine::held_key_partition(std::string_view store, std::string_view key,
+                                                          const view_def*& view, storage::view_id& vid,
+                                                          int32_t& partition) const {
+  using R = query_result<T>;
+  view = find_store(store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
+  auto id = db_.find_view(view->name);
   auto part_fn = partitioners_.find(view->name);
-  if (!vid || part_fn == partitioners_.end())
-    return R::fail(failure_reason::store_exception, "store '" + q.store + "' is not open");
-
+  if (!id || part_fn == partitioners_.end())
+    return R::fail(failure_reason::store_exception, "store '" + std::string(store) + "' is not open");
+  vid = *id;
   int32_t count = ownership_.partition_count(view->topic);
   if (count <= 0) return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
-  int32_t partition = part_fn->second(q.key, count);
-  if (auto f = require_partition<key_answer>(*view, partition)) return *f;
+  partition = part_fn->second(key, count);
+  return require_partition<T>(*view, partition);
+}
 
-  return read_key(*vid, partition, q.key, false);
+query_result<key_answer> engine::get(const key_query& q) const {
+  const view_def* view = nullptr;
+  storage::view_id vid = 0;
+  int32_t partition = -1;
+  if (auto f = held_key_partition<key_answer>(q.store, q.key, view, vid, partition)) return *f;
+  return read_key(vid, partition, q.key, false);
 }
 
 query_result<window_answer> engine::windows(const window_query& q) const {
   using R = query_result<window_answer>;
-  const auto* view = find_store(q.store);
-  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
+  const view_def* view = nullptr;
+  storage::view_id vid = 0;
+  int32_t partition = -1;
+  if (auto f = held_key_partition<window_answer>(q.store, q.key, view, vid, partition)) return *f;
   if (!view->window) return R::fail(failure_reason::store_exception, "store '" + q.store + "' is not windowed");
-  auto vid = db_.find_view(view->name);
-  auto part_fn = partitioners_.find(view->name);
-  if (!vid || part_fn == partitioners_.end())
-    return R::fail(failure_reason::store_exception, "store '" + q.store + "' is not open");
-  int32_t count = ownership_.partition_count(view->topic);
-  if (count <= 0) return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
-  int32_t partition = part_fn->second(q.key, count);
-  if (auto f = require_partition<window_answer>(*view, partition)) return *f;
 
   const window_spec& w = *view->window;
   window_answer a;
   a.partition = partition;
-  auto st = db_.stored_named_position(view->name + "#stream_time", partition);
+  auto st = db_.stored_named_position(stream_time_position_name(*view), partition);
   if (!st.ok()) return R::fail(failure_reason::store_exception, st.error().to_string());
   a.stream_time = st.value().value_or(-1);
   // Windows overlapping [from, to) start in (from - size, to); expired ones are skipped.
   int64_t lowest = q.from - w.size_ms + 1;
   if (a.stream_time >= 0) lowest = std::max(lowest, first_live_start(w, a.stream_time));
   auto snap = db_.read_snapshot();
-  auto pos = snap->position(*vid, partition);
+  auto pos = snap->position(vid, partition);
   if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
   a.pos[partition] = pos.value().value_or(0);
   if (lowest >= q.to) return R::success(std::move(a));
-  auto it = snap->scan(*vid, partition, encode_windowed_key(q.key, lowest), encode_windowed_key(q.key, q.to), false);
+  auto it = snap->scan(vid, partition, encode_windowed_key(q.key, lowest), encode_windowed_key(q.key, q.to), false);
   for (; it->valid(); it->next()) {
     auto wk = decode_windowed_key(it->key());
     auto f = unframe_value(it->value());

@@ -90,4 +90,8 @@ struct view_def {
   bool rekeyed() const noexcept { return is_aggregate() && group_by != group_by_kind::key; }
 };
 
+// Name of the stored position holding a windowed view's stream time per partition
+// (written by ingest with the state, read by queries to hide expired windows).
+inline std::string stream_time_position_name(const view_def& v) { return v.name + "#stream_time"; }
+
 }  // namespace kstate

@@ -206,6 +206,12 @@ class engine {
   std::optional<query_result<T>> require_all_partitions(const view_def& v, int32_t& count) const;
   template <typename T>
   std::optional<query_result<T>> require_partition(const view_def& v, int32_t partition) const;
+  // The store, column family and partition of a key; fails unless the store is open and
+  // the partition is held current here.
+  template <typename T>
+  std::optional<query_result<T>> held_key_partition(std::string_view store, std::string_view key,
+                                                    const view_def*& view, storage::view_id& vid,
+                                                    int32_t& partition) const;
   // A key's value and its partition's position from one snapshot; with `need_copy`, a
   // partition never applied here is not_active.
   query_result<key_answer> read_key(storage::view_id view, int32_t partition, std::string_view key,
