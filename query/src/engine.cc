@@ -1,6 +1,7 @@
 #include "query/engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <queue>
 
 #include "core/value_codec.h"
@@ -321,6 +322,62 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
   if (!s.error().ok()) return R::fail(failure_reason::store_exception, s.error().to_string());
   if (a.entries.size() > limit) {
     a.entries.pop_back();
+    a.more = true;
+  }
+  a.pos = s.pos();
+  return R::success(std::move(a));
+}
+
+query_result<window_range_answer> engine::window_range(const window_range_query& q, size_t limit) const {
+  using R = query_result<window_range_answer>;
+  const auto* view = find_store(q.range.store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.range.store + "'");
+  if (!view->window) return R::fail(failure_reason::store_exception, "store '" + q.range.store + "' is not windowed");
+  const window_spec& w = *view->window;
+  // Group keys in [from, to) are stored keys in [prefix(from), prefix(to)) (core/window.h).
+  range_query stored = q.range;
+  stored.prefix.reset();
+  stored.descending = false;
+  if (stored.from) stored.from = windowed_key_prefix(*stored.from);
+  if (stored.to) stored.to = windowed_key_prefix(*stored.to);
+  auto opened = open_range(stored);
+  if (!opened.ok()) return R::fail(*opened.failure, opened.message);
+  auto& s = **opened.answer;
+
+  // Stream time of each partition, read once per page.
+  std::map<int32_t, int64_t> stream_time;
+  auto live_from = [&](int32_t p) -> result<int64_t> {
+    auto it = stream_time.find(p);
+    if (it == stream_time.end()) {
+      auto st = db_.stored_named_position(stream_time_position_name(*view), p);
+      if (!st.ok()) return st.error();
+      it = stream_time.emplace(p, st.value().value_or(-1)).first;
+    }
+    return it->second >= 0 ? first_live_start(w, it->second) : std::numeric_limits<int64_t>::min();
+  };
+
+  window_range_answer a;
+  std::vector<range_entry> batch;
+  bool more = true;
+  while (more && a.entries.size() <= limit) {
+    batch.clear();
+    more = s.next(batch, 256);
+    for (auto& e : batch) {
+      auto wk = decode_windowed_key(e.key);
+      if (!wk) return R::fail(failure_reason::store_exception, "stored window key is malformed");
+      auto live = live_from(e.partition);
+      if (!live.ok()) return R::fail(failure_reason::store_exception, live.error().to_string());
+      int64_t end = wk->start + w.size_ms;
+      if (wk->start >= q.to || end <= q.from || wk->start < *live) continue;
+      a.entries.push_back(window_range_entry{std::move(e.key), std::move(wk->key),
+                                             window_entry{wk->start, end, std::move(e.value), e.offset},
+                                             e.partition});
+      if (a.entries.size() > limit) break;  // one more than asked tells whether more exist
+    }
+  }
+  if (!s.error().ok()) return R::fail(failure_reason::store_exception, s.error().to_string());
+  if (a.entries.size() > limit) {
+    a.entries.resize(limit);
     a.more = true;
   }
   a.pos = s.pos();

@@ -2,9 +2,12 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <limits>
 #include <random>
+#include <tuple>
 
 #include "core/value_codec.h"
+#include "core/window.h"
 #include "query/cursor.h"
 #include "query/engine.h"
 #include "query/key_format.h"
@@ -164,4 +167,99 @@ TEST_CASE("a range over partitions not held here fails instead of answering part
   auto r = f.q->range({.store = "s"}, 10);
   CHECK(r.failure == failure_reason::not_active);
   CHECK(f.q->count("s", 1'000'000).failure == failure_reason::not_active);
+}
+
+TEST_CASE("windows of a key range: key bytes then start across partitions, overlap and expiry, resumable") {
+  auto dir = std::filesystem::temp_directory_path() / ("kstate-wrange-" + std::to_string(std::random_device{}()));
+  view_def v{.name = "w", .kind = view_kind::count, .topic = "t", .key_format = data_format::bytes};
+  v.window = window_spec{.type = window_type::tumbling, .size_ms = 10, .advance_ms = 10, .retention_ms = 40};
+  constexpr int partitions = 4;
+  auto part = [](std::string_view k, int32_t n) { return static_cast<int32_t>(std::hash<std::string_view>{}(k) % n); };
+  {
+    auto db = std::move(storage::db::open({.path = dir.string()}, {"w"}).value());
+    // (key, start) -> value; keys with 0x00 and 0xff bytes and prefixes of each other.
+    std::map<std::pair<std::string, int64_t>, std::string> stored;
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<int> len(0, 3), byte(0, 3), start(0, 30);
+    const char alphabet[] = {'\0', 'a', '\xff', 'b'};
+    auto b = db->new_batch();
+    for (int i = 0; i < 600; ++i) {
+      std::string k;
+      for (int j = len(rng); j > 0; --j) k.push_back(alphabet[byte(rng)]);
+      int64_t s = start(rng) * 10;
+      std::string val = std::to_string(i);
+      stored[{k, s}] = val;
+      b.put(0, part(k, partitions), encode_windowed_key(k, s), frame_value(i, val));
+    }
+    // Stream time per partition: 300 except partition 1, which has seen nothing.
+    std::map<int32_t, int64_t> stream_time;
+    for (int p = 0; p < partitions; ++p) {
+      b.set_position(0, p, 1000 + p);
+      if (p == 1) continue;
+      stream_time[p] = 300 - 20 * p;
+      b.set_named_position(stream_time_position_name(v), p, stream_time[p]);
+    }
+    REQUIRE(db->write(b).ok());
+    ownership_registry owner;
+    owner.set_partition_count("t", partitions);
+    std::vector<ownership_registry::assignment> all;
+    for (int p = 0; p < partitions; ++p) all.push_back({"t", p, 0, true});
+    owner.assign(all);
+    engine q({v}, *db, owner, std::map<std::string, partitioner_fn>{{"w", part}});
+
+    std::vector<std::string> keys;
+    for (auto& [kw, val] : stored) keys.push_back(kw.first);
+    std::uniform_int_distribution<size_t> any(0, keys.size() - 1);
+    std::uniform_int_distribution<int64_t> t(0, 320);
+    size_t nonempty = 0;
+    for (int round = 0; round < 150; ++round) {
+      window_range_query wq{.range = {.store = "w"}, .from = 0, .to = std::numeric_limits<int64_t>::max()};
+      if (round % 3) wq.range.from = keys[any(rng)];
+      if (round % 4) wq.range.to = keys[any(rng)];
+      if (round % 5) {
+        wq.from = t(rng);
+        wq.to = wq.from + 1 + t(rng);
+      }
+      std::vector<std::tuple<std::string, int64_t, std::string, int32_t>> want, got;
+      for (auto& [kw, val] : stored) {
+        const auto& [k, s] = kw;
+        int32_t p = part(k, partitions);
+        if (wq.range.from && k < *wq.range.from) continue;
+        if (wq.range.to && !(k < *wq.range.to)) continue;
+        if (!(s < wq.to && s + 10 > wq.from)) continue;
+        if (stream_time.count(p) && s + 10 + 40 <= stream_time[p]) continue;  // expired
+        want.emplace_back(k, s, val, p);
+      }
+      for (int pages = 0;; ++pages) {
+        REQUIRE(pages < 1000);
+        auto page = q.window_range(wq, 4);
+        REQUIRE(page.ok());
+        CHECK(page.answer->entries.size() <= 4);
+        CHECK(page.answer->pos.size() == static_cast<size_t>(partitions));
+        for (auto& e : page.answer->entries) {
+          got.emplace_back(e.key, e.window.start, e.window.value, e.partition);
+          CHECK(e.window.end == e.window.start + 10);
+          CHECK(e.stored_key == encode_windowed_key(e.key, e.window.start));
+        }
+        if (!page.answer->more) break;
+        CHECK(page.answer->entries.size() == 4);
+        wq.range.after = page.answer->entries.back().stored_key;
+      }
+      CHECK(got == want);
+      nonempty += !want.empty();
+    }
+    CHECK(nonempty > 50);
+
+    // Only some partitions (a scatter-gather part).
+    window_range_query part1{.range = {.store = "w", .partitions = std::vector<int32_t>{1}}, .from = 0, .to = 1000};
+    auto only = q.window_range(part1, 1000);
+    REQUIRE(only.ok());
+    for (auto& e : only.answer->entries) CHECK(e.partition == 1);
+    CHECK(only.answer->pos.size() == 1);
+    // Non-windowed and unknown stores fail.
+    CHECK(q.window_range({.range = {.store = "nope"}, .to = 10}, 1).failure == failure_reason::unknown_query_store);
+    owner.revoke("t", 2);
+    CHECK(q.window_range({.range = {.store = "w"}, .to = 10}, 1).failure == failure_reason::not_active);
+  }
+  std::filesystem::remove_all(dir);
 }

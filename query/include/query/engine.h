@@ -128,6 +128,29 @@ struct window_answer {
   int64_t stream_time = -1;  // largest event time applied to the partition (-1: none yet)
 };
 
+// Windows of every key of a windowed store in a range of group keys, overlapping
+// [from, to): `range.from`/`range.to` bound the group keys (serialized bytes, half
+// open), `range.after` is the stored key of the last window already returned (a
+// cursor), `range.partitions` restricts to a scatter-gather part. `range.prefix` and
+// `range.descending` are not used. Windows come in stored key order: group key bytes,
+// then start, across all partitions.
+struct window_range_query {
+  range_query range;
+  int64_t from = 0;
+  int64_t to = 0;
+};
+struct window_range_entry {
+  std::string stored_key;  // the window's RocksDB key: the merge order and the cursor
+  std::string key;         // group key bytes
+  window_entry window;
+  int32_t partition;
+};
+struct window_range_answer {
+  std::vector<window_range_entry> entries;
+  bool more = false;  // windows beyond the limit exist
+  position pos;
+};
+
 struct partition_info {
   int32_t partition;
   bool assigned;
@@ -179,6 +202,11 @@ class engine {
   // partition's stream time (core/window.h) are never answered, whether or not
   // compaction has removed them from disk yet.
   query_result<window_answer> windows(const window_query& q) const;
+  // A page of at most `limit` windows of window_range_query `q`. Like windows(), a
+  // window expired at its partition's stream time is never answered. Reads one
+  // snapshot; the windows outside [from, to) of each key are skipped, so a page reads
+  // every stored window of the keys it passes.
+  query_result<window_range_answer> window_range(const window_range_query& q, size_t limit) const;
   // Number of keys: exact (a scan) when the store holds at most `exact_limit` keys by
   // RocksDB's estimate, otherwise the estimate, marked inexact.
   // With `partitions`, only those (a scatter-gather part); an estimate is then scaled by
