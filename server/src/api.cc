@@ -157,6 +157,34 @@ std::string query_escape(std::string_view s) {
   return out;
 }
 
+// The event-time interval [from, to) of a window query: epoch ms or RFC 3339, `from`
+// defaulting to the epoch and `to` to unbounded. nullopt after filling `err`.
+std::optional<std::pair<int64_t, int64_t>> interval_of(const http_request& req, http_response& err) {
+  std::pair<int64_t, int64_t> out{0, std::numeric_limits<int64_t>::max()};
+  for (auto [name, field] : {std::pair{"from", &out.first}, std::pair{"to", &out.second}}) {
+    auto text = req.param(name);
+    if (!text) continue;
+    auto t = parse_timestamp_ms(*text);
+    if (!t.ok()) {
+      err = problem(failure_reason::bad_request, std::string(name) + ": " + t.error().message(), req.path);
+      return std::nullopt;
+    }
+    *field = t.value();
+  }
+  if (out.first >= out.second) {
+    err = problem(failure_reason::bad_request, "from must be before to", req.path);
+    return std::nullopt;
+  }
+  return out;
+}
+
+// A windowed store's stored keys are (group key, window start) pairs: reading them as
+// plain keys would show encoded bytes, so the key routes send the caller to /windows.
+http_response windowed_store_problem(const std::string& store, const std::string& route, const std::string& path) {
+  return problem(failure_reason::bad_request,
+                 "store '" + store + "' is windowed; read its windows at /v1/stores/" + store + route, path);
+}
+
 // ---- routes ---------------------------------------------------------------------
 
 struct captures {
@@ -172,6 +200,8 @@ struct captures {
     query::range_query q;
     uint32_t limit;
     std::string fingerprint;
+    // Set for the windows of a windowed store: the event-time interval [from, to), ms.
+    std::optional<std::pair<int64_t, int64_t>> windows;
   };
   mutable std::optional<scatter> scatter_range;
   // Set by count and batchGet when partitions they need are owned elsewhere.
@@ -250,6 +280,7 @@ class api {
   http_response get_key(const http_request& req, const captures& c) const;
   http_response key_windows(const http_request& req, const captures& c) const;
   http_response range(const http_request& req, const captures& c) const;
+  http_response windows_range(const http_request& req, const captures& c) const;
   http_response batch_get(const http_request& req, const captures& c) const;
   http_response count(const http_request& req, const captures& c) const;
   http_response key_metadata(const http_request& req, const captures& c) const;
@@ -295,6 +326,23 @@ class api {
   // Sends a part request; its answer goes into `g`, and the last answer calls `complete`.
   void send_part(const std::string& endpoint, peer_request pr, std::shared_ptr<struct peer_gather> g,
                  std::function<void()> complete) const;
+  // A page of a range from the partitions held here (q.partitions, else all): plain
+  // entries, or with `windows` ([from, to) in ms) the windows of a windowed store.
+  // Entries in stored key order; `raw` adds each one's stored key as raw_key, for the
+  // instance that merges the parts.
+  struct local_page {
+    std::vector<page_entry> entries;
+    bool more = false;
+    position pos;
+  };
+  query::query_result<local_page> read_local(const view_def& view, const query::range_query& q,
+                                             const std::optional<std::pair<int64_t, int64_t>>& windows,
+                                             uint32_t limit, bool raw) const;
+  // Parameters shared by the range routes; nullopt after filling `err`.
+  std::optional<uint32_t> limit_of(const http_request& req, http_response& err) const;
+  // A scatter-gather part asked by another instance: its partitions and `after` go into
+  // `q` and `part` is set. A client may not set them: 400.
+  std::optional<http_response> part_params(const http_request& req, query::range_query& q, bool& part) const;
   // A range page in the API's shape from entries already in order.
   http_response range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries, bool more,
                            const position& pos) const;
@@ -337,6 +385,11 @@ const std::vector<route>& api::routes() {
       {"GET", {"v1", "stores", "{store}", "count"}, {"min_position", "timeout_ms", "partitions"}, true, &api::count},
       {"GET", {"v1", "stores", "{store}", "keys", "{key}", "metadata"}, {"key_format"}, false, &api::key_metadata},
       {"GET", {"v1", "stores", "{store}", "windows", "{key}"}, {"from", "to", "key_format"}, false, &api::key_windows},
+      {"GET",
+       {"v1", "stores", "{store}", "windows"},
+       {"from", "to", "key_from", "key_to", "limit", "cursor", "key_format", "partitions", "after"},
+       false,
+       &api::windows_range},
       {"GET", {"v1", "cluster"}, {"scope"}, false, &api::cluster, access::cluster},
   };
   return r;
@@ -653,6 +706,7 @@ http_response api::get_key(const http_request& req, const captures& c) const {
   http_response err;
   auto key = request_key(req, c.store, c.key, view, err);
   if (!key) return err;
+  if (view->window) return windowed_store_problem(c.store, "/windows/{key}", req.path);
   auto res = ctx_.queries->get({c.store, *key});
   if (!res.ok()) {
     if (res.failure == query::failure_reason::not_active)
@@ -707,15 +761,9 @@ http_response api::key_windows(const http_request& req, const captures& c) const
     return problem(failure_reason::bad_request,
                    "store '" + c.store + "' is not windowed; read its keys at /v1/stores/" + c.store + "/keys/{key}",
                    req.path);
-  query::window_query q{c.store, *key, 0, std::numeric_limits<int64_t>::max()};
-  for (auto [name, out] : {std::pair{"from", &q.from}, std::pair{"to", &q.to}}) {
-    auto text = req.param(name);
-    if (!text) continue;
-    auto t = parse_timestamp_ms(*text);
-    if (!t.ok()) return problem(failure_reason::bad_request, std::string(name) + ": " + t.error().message(), req.path);
-    *out = t.value();
-  }
-  if (q.from >= q.to) return problem(failure_reason::bad_request, "from must be before to", req.path);
+  auto interval = interval_of(req, err);
+  if (!interval) return err;
+  query::window_query q{c.store, *key, interval->first, interval->second};
   auto res = ctx_.queries->windows(q);
   if (!res.ok()) {
     if (res.failure == query::failure_reason::not_active)
@@ -816,6 +864,7 @@ media negotiate(const http_request& req, bool ndjson_ok) {
 http_response api::range(const http_request& req, const captures& c) const {
   const auto* view = ctx_.queries->find_store(c.store);
   if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
+  if (view->window) return windowed_store_problem(c.store, "/windows", req.path);
   auto m = negotiate(req, true);
   if (m == media::none)
     return problem(failure_reason::not_acceptable, "this route answers application/json or application/x-ndjson",
@@ -838,13 +887,8 @@ http_response api::range(const http_request& req, const captures& c) const {
     return problem(failure_reason::bad_request, "order must be asc or desc (got '" + order + "')", req.path);
   q.descending = order == "desc";
 
-  uint32_t limit = ctx_.limits.default_limit;
-  if (auto l = req.param("limit")) {
-    auto v = parse_int(*l);
-    if (!v || *v < 1 || *v > ctx_.limits.max_limit)
-      return problem(failure_reason::bad_limit, "limit must be 1.." + std::to_string(ctx_.limits.max_limit), req.path);
-    limit = static_cast<uint32_t>(*v);
-  }
+  auto limit = limit_of(req, err);
+  if (!limit) return err;
 
   std::string fp = c.store + '\0' + order + '\0';
   fingerprint_add(fp, q.from);
@@ -855,28 +899,8 @@ http_response api::range(const http_request& req, const captures& c) const {
     if (!decoded.ok()) return problem(failure_reason::bad_cursor, decoded.error().message(), req.path);
     q.after = decoded->last_key;
   }
-  // One instance's part of a scatter-gather, asked by another instance: only these
-  // partitions, strictly after `after` (base64url of the serialized key).
-  bool part = req.header(hop_header).has_value() && req.param("partitions").has_value();
-  if (part) {
-    std::vector<int32_t> ps;
-    std::stringstream list(*req.param("partitions"));
-    std::string item;
-    while (std::getline(list, item, ',')) {
-      auto v = parse_int(item);
-      if (!v || *v < 0) return problem(failure_reason::bad_request, "partitions must be a list of numbers", req.path);
-      ps.push_back(static_cast<int32_t>(*v));
-    }
-    q.partitions = std::move(ps);
-    if (auto after = req.param("after")) {
-      auto raw = query::base64url_decode(*after);
-      if (!raw.ok()) return problem(failure_reason::bad_cursor, "after: " + raw.error().message(), req.path);
-      q.after = *raw;
-    }
-  } else if (req.param("partitions") || req.param("after")) {
-    return problem(failure_reason::unknown_parameter, "partitions and after are set by kstate on forwarded requests",
-                   req.path);
-  }
+  bool part = false;
+  if (auto bad = part_params(req, q, part)) return std::move(*bad);
 
   if (m == media::ndjson) {
     if (open_scans_.fetch_add(1) >= ctx_.limits.max_concurrent_scans) {
@@ -908,27 +932,150 @@ http_response api::range(const http_request& req, const captures& c) const {
     return r;
   }
 
-  auto res = ctx_.queries->range(q, limit);
+  auto res = read_local(*view, q, std::nullopt, *limit, part);
   if (!res.ok()) {
     if (res.failure == query::failure_reason::not_active && !req.header(hop_header) && ctx_.membership &&
         ctx_.peers) {
-      c.scatter_range = captures::scatter{q, limit, fp};
+      c.scatter_range = captures::scatter{q, *limit, fp, std::nullopt};
       return {};
     }
     return from_failure(*res.failure, res.message, req.path);
   }
-  const auto& a = *res.answer;
-  std::vector<page_entry> entries;
-  entries.reserve(a.entries.size());
+  auto& a = *res.answer;
+  return range_page(req, fp, std::move(a.entries), a.more, a.pos);
+}
+
+http_response api::windows_range(const http_request& req, const captures& c) const {
+  const auto* view = ctx_.queries->find_store(c.store);
+  if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
+  if (!view->window)
+    return problem(failure_reason::bad_request,
+                   "store '" + c.store + "' is not windowed; read its keys at /v1/stores/" + c.store + "/keys",
+                   req.path);
+  if (negotiate(req, false) == media::none)
+    return problem(failure_reason::not_acceptable, "this route answers application/json", req.path);
+  http_response err;
+  auto fmt = key_format_of(req, *view, err);
+  if (!fmt) return err;
+  query::range_query q;
+  q.store = c.store;
+  for (auto [name, field] : {std::pair{"key_from", &q.from}, std::pair{"key_to", &q.to}}) {
+    if (auto v = req.param(name)) {
+      auto k = query::decode_key(*fmt, *v);
+      if (!k.ok()) return problem(failure_reason::bad_key_encoding, std::string(name) + ": " + k.error().message(), req.path);
+      *field = *k;
+    }
+  }
+  auto interval = interval_of(req, err);
+  if (!interval) return err;
+  auto limit = limit_of(req, err);
+  if (!limit) return err;
+
+  // Distinct from every key range fingerprint: a keys cursor is refused here.
+  std::string fp = c.store + '\0' + "windows" + '\0';
+  fingerprint_add(fp, q.from);
+  fingerprint_add(fp, q.to);
+  fp += std::to_string(interval->first) + ':' + std::to_string(interval->second);
+  if (auto cur = req.param("cursor")) {
+    auto decoded = query::decode_cursor(*cur, fp);
+    if (!decoded.ok()) return problem(failure_reason::bad_cursor, decoded.error().message(), req.path);
+    q.after = decoded->last_key;
+  }
+  bool part = false;
+  if (auto bad = part_params(req, q, part)) return std::move(*bad);
+
+  auto res = read_local(*view, q, interval, *limit, part);
+  if (!res.ok()) {
+    if (res.failure == query::failure_reason::not_active && !req.header(hop_header) && ctx_.membership &&
+        ctx_.peers) {
+      c.scatter_range = captures::scatter{q, *limit, fp, interval};
+      return {};
+    }
+    return from_failure(*res.failure, res.message, req.path);
+  }
+  auto& a = *res.answer;
+  return range_page(req, fp, std::move(a.entries), a.more, a.pos);
+}
+
+std::optional<uint32_t> api::limit_of(const http_request& req, http_response& err) const {
+  auto l = req.param("limit");
+  if (!l) return ctx_.limits.default_limit;
+  auto v = parse_int(*l);
+  if (!v || *v < 1 || *v > ctx_.limits.max_limit) {
+    err = problem(failure_reason::bad_limit, "limit must be 1.." + std::to_string(ctx_.limits.max_limit), req.path);
+    return std::nullopt;
+  }
+  return static_cast<uint32_t>(*v);
+}
+
+std::optional<http_response> api::part_params(const http_request& req, query::range_query& q, bool& part) const {
+  // One instance's part of a scatter-gather, asked by another instance: only these
+  // partitions, strictly after `after` (base64url of the stored key).
+  part = req.header(hop_header).has_value() && req.param("partitions").has_value();
+  if (!part) {
+    if (req.param("partitions") || req.param("after"))
+      return problem(failure_reason::unknown_parameter, "partitions and after are set by kstate on forwarded requests",
+                     req.path);
+    return std::nullopt;
+  }
+  std::vector<int32_t> ps;
+  std::stringstream list(*req.param("partitions"));
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    auto v = parse_int(item);
+    if (!v || *v < 0) return problem(failure_reason::bad_request, "partitions must be a list of numbers", req.path);
+    ps.push_back(static_cast<int32_t>(*v));
+  }
+  q.partitions = std::move(ps);
+  if (auto after = req.param("after")) {
+    auto raw = query::base64url_decode(*after);
+    if (!raw.ok()) return problem(failure_reason::bad_cursor, "after: " + raw.error().message(), req.path);
+    q.after = *raw;
+  }
+  return std::nullopt;
+}
+
+query::query_result<api::local_page> api::read_local(const view_def& view, const query::range_query& q,
+                                                     const std::optional<std::pair<int64_t, int64_t>>& windows,
+                                                     uint32_t limit, bool raw) const {
+  using R = query::query_result<local_page>;
+  local_page page;
+  if (windows) {
+    auto res = ctx_.queries->window_range({q, windows->first, windows->second}, limit);
+    if (!res.ok()) return R::fail(*res.failure, res.message);
+    auto& a = *res.answer;
+    page.entries.reserve(a.entries.size());
+    for (auto& e : a.entries) {
+      json j{{"key", render_key(view.key_format, e.key)},
+             {"start", e.window.start},
+             {"end", e.window.end},
+             {"start_time", format_timestamp_ms(e.window.start)},
+             {"end_time", format_timestamp_ms(e.window.end)},
+             {"value", render_value(data_format::json, e.window.value)},
+             {"offset", e.window.offset},
+             {"partition", e.partition}};
+      if (raw) j["raw_key"] = query::base64url_encode(e.stored_key);
+      page.entries.emplace_back(std::move(e.stored_key), std::move(j));
+    }
+    page.more = a.more;
+    page.pos = std::move(a.pos);
+    return R::success(std::move(page));
+  }
+  auto res = ctx_.queries->range(q, limit);
+  if (!res.ok()) return R::fail(*res.failure, res.message);
+  auto& a = *res.answer;
+  page.entries.reserve(a.entries.size());
   for (const auto& e : a.entries) {
-    json j{{"key", render_key(view->key_format, e.key)},
-           {"value", render_value(view->value_format, e.value)},
+    json j{{"key", render_key(view.key_format, e.key)},
+           {"value", render_value(view.value_format, e.value)},
            {"partition", e.partition},
            {"offset", e.offset}};
-    if (part) j["raw_key"] = query::base64url_encode(e.key);
-    entries.emplace_back(e.key, std::move(j));
+    if (raw) j["raw_key"] = query::base64url_encode(e.key);
+    page.entries.emplace_back(e.key, std::move(j));
   }
-  return range_page(req, fp, std::move(entries), a.more, a.pos);
+  page.more = a.more;
+  page.pos = std::move(a.pos);
+  return R::success(std::move(page));
 }
 
 http_response api::range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries,
@@ -1014,13 +1161,9 @@ result<api::gathered_page> api::gather_page(const http_request& req, const view_
   if (!plan.local.empty()) {
     auto q = base;
     q.partitions = plan.local;
-    auto res = ctx_.queries->range(q, limit);
+    auto res = read_local(view, q, std::nullopt, limit, false);
     if (!res.ok()) return unavailable(res.message);
-    for (const auto& e : res.answer->entries)
-      page.entries.emplace_back(e.key, json{{"key", render_key(view.key_format, e.key)},
-                                            {"value", render_value(view.value_format, e.value)},
-                                            {"partition", e.partition},
-                                            {"offset", e.offset}});
+    page.entries = std::move(res.answer->entries);
     page.more = res.answer->more;
   }
   struct wait_state {
@@ -1240,15 +1383,11 @@ void api::range_scatter(const http_request& req, const captures& c, std::functio
   if (!plan->local.empty()) {
     auto q = sc.q;
     q.partitions = plan->local;
-    auto res = ctx_.queries->range(q, sc.limit);
+    auto res = read_local(*view, q, sc.windows, sc.limit, false);
     if (!res.ok()) return finish(from_failure(*res.failure, res.message, req.path));
-    for (const auto& e : res.answer->entries)
-      entries.emplace_back(e.key, json{{"key", render_key(view->key_format, e.key)},
-                                       {"value", render_value(view->value_format, e.value)},
-                                       {"partition", e.partition},
-                                       {"offset", e.offset}});
+    entries = std::move(res.answer->entries);
     more = res.answer->more;
-    pos = res.answer->pos;
+    pos = std::move(res.answer->pos);
   }
   auto g = std::make_shared<peer_gather>();
   auto complete = [this, g, req, fp = sc.fingerprint, limit = sc.limit, descending = sc.q.descending,
@@ -1275,6 +1414,7 @@ void api::range_scatter(const http_request& req, const captures& c, std::functio
 http_response api::batch_get(const http_request& req, const captures& c) const {
   const auto* view = ctx_.queries->find_store(c.store);
   if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
+  if (view->window) return windowed_store_problem(c.store, "/windows/{key}", req.path);
   auto ct = req.header("content-type").value_or("");
   if (ct.rfind("application/json", 0) != 0)
     return problem(failure_reason::unsupported_media, "send the body as application/json", req.path);
