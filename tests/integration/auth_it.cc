@@ -85,7 +85,11 @@ TEST_CASE("token scopes decide every route's status, also through a forwarding i
   }
 
   auto app = unique_name("auth-app");
-  const std::vector<kstate_process::view> views{{"orders-eu", orders_topic}, {"users", users_topic}};
+  // "orders-win": a windowed count over the same topic, covered by the orders token.
+  const std::vector<kstate_process::view> views{
+      {"orders-eu", orders_topic},
+      {"users", users_topic},
+      {"orders-win", orders_topic, "json", "", "string", "kind: count, window: {type: tumbling, size: 1h}"}};
   const std::string extra = "auth: {token_file: " + token_file + "}\n";
   kstate_process a(app, views, dir + "/a", extra);
   kstate_process b(app, views, dir + "/b", extra);
@@ -129,6 +133,8 @@ TEST_CASE("token scopes decide every route's status, also through a forwarding i
       {"count", "GET", "/v1/stores/orders-eu/count", "", {401, 401, 403, 200, 403, 200}},
       {"batchGet", "POST", "/v1/stores/orders-eu/keys:batchGet", R"({"keys":["k-1","k-2","k-399"]})",
        {401, 401, 403, 200, 403, 200}},
+      {"key windows", "GET", "/v1/stores/orders-win/windows/k-7?from=0", "", {401, 401, 403, 200, 403, 200}},
+      {"window range", "GET", "/v1/stores/orders-win/windows?limit=50", "", {401, 401, 403, 200, 403, 200}},
       {"other store's key", "GET", "/v1/stores/users/keys/u-1", "", {401, 401, 200, 403, 403, 200}},
       // A store nobody configured: a scoped token cannot tell it from a forbidden one.
       {"unknown store", "GET", "/v1/stores/orders-x/keys/k", "", {401, 401, 403, 404, 403, 404}},
@@ -163,9 +169,9 @@ TEST_CASE("token scopes decide every route's status, also through a forwarding i
     return out;
   };
   CHECK(names(users) == std::set<std::string>{"users"});
-  CHECK(names(orders) == std::set<std::string>{"orders-eu"});
+  CHECK(names(orders) == std::set<std::string>{"orders-eu", "orders-win"});
   CHECK(names(metrics).empty());
-  CHECK(names(admin) == std::set<std::string>{"orders-eu", "users"});
+  CHECK(names(admin) == std::set<std::string>{"orders-eu", "orders-win", "users"});
 
   // Who owns what: each instance owns some of the orders partitions.
   auto cluster = request(a.port(), "GET", "/v1/cluster", admin)->body_json();
