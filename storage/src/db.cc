@@ -2,11 +2,17 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include <rocksdb/cache.h>
+#include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
@@ -103,6 +109,69 @@ result<rocksdb::ColumnFamilyOptions> cf_options(const store_options& o, const st
   return cf;
 }
 
+// Retention of one windowed view: each partition's stream time as last written, and the
+// windows the compaction filter deleted.
+struct window_expiry {
+  window_spec spec;
+  std::atomic<uint64_t> expired{0};
+  mutable std::mutex mu;
+  std::map<int32_t, int64_t> stream_time;  // guarded by mu
+  // First live start per partition when db::expire_windows last compacted the view.
+  // Only touched under db::impl::expire_mu.
+  std::map<int32_t, int64_t> compacted;
+
+  // Per partition with a stream time: windows starting before this are expired.
+  std::map<int32_t, int64_t> cutoffs() const {
+    std::map<int32_t, int64_t> out;
+    std::lock_guard lock(mu);
+    for (const auto& [p, t] : stream_time)
+      if (t >= 0) out.emplace(p, first_live_start(spec, t));
+    return out;
+  }
+};
+
+// Deletes the windows that were expired when the compaction started. The stored key is
+// partition (4 bytes BE) ++ encode_windowed_key(key, start), whose last 8 bytes are the
+// start, big-endian with the sign bit flipped (core/window.h). A removed entry becomes a
+// deletion marker, so no older version of the window resurfaces from a lower level.
+class window_expiry_filter final : public rocksdb::CompactionFilter {
+ public:
+  window_expiry_filter(std::map<int32_t, int64_t> cutoffs, std::atomic<uint64_t>& expired)
+      : cutoffs_(std::move(cutoffs)), expired_(expired) {}
+
+  bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice&, std::string*, bool*) const override {
+    constexpr size_t shortest = 4 + 2 + 8;  // partition, empty key's terminator, start
+    if (key.size() < shortest) return false;
+    const auto* b = reinterpret_cast<const unsigned char*>(key.data());
+    auto partition = static_cast<int32_t>(uint32_t{b[0]} << 24 | uint32_t{b[1]} << 16 | uint32_t{b[2]} << 8 | b[3]);
+    auto it = cutoffs_.find(partition);
+    if (it == cutoffs_.end()) return false;
+    uint64_t u = 0;
+    for (size_t j = key.size() - 8; j < key.size(); ++j) u = (u << 8) | b[j];
+    auto start = static_cast<int64_t>(u ^ (uint64_t{1} << 63));
+    if (start >= it->second) return false;
+    expired_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  const char* Name() const override { return "kstate.window_expiry"; }
+
+ private:
+  std::map<int32_t, int64_t> cutoffs_;
+  std::atomic<uint64_t>& expired_;
+};
+
+class window_expiry_filter_factory final : public rocksdb::CompactionFilterFactory {
+ public:
+  explicit window_expiry_filter_factory(std::shared_ptr<window_expiry> state) : state_(std::move(state)) {}
+  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(const rocksdb::CompactionFilter::Context&) override {
+    return std::make_unique<window_expiry_filter>(state_->cutoffs(), state_->expired);
+  }
+  const char* Name() const override { return "kstate.window_expiry"; }
+
+ private:
+  std::shared_ptr<window_expiry> state_;
+};
+
 }  // namespace
 
 struct db::impl {
@@ -116,7 +185,61 @@ struct db::impl {
   std::map<uint32_t, view_id> by_cf_id;               // column family id -> view_id
   std::map<std::string, view_id, std::less<>> by_name;
 
+  // Windowed views: retention state by view, and by the name of their stream-time position.
+  std::map<view_id, std::shared_ptr<window_expiry>> expiry;
+  std::map<std::string, window_expiry*, std::less<>> expiry_by_position;
+  std::mutex expire_mu;  // one expiry pass at a time
+  std::thread expiry_thread;
+  std::mutex thread_mu;
+  std::condition_variable thread_cv;
+  bool stopping = false;  // guarded by thread_mu
+
+  result<int> expire() {
+    std::lock_guard lock(expire_mu);
+    int compacted = 0;
+    for (auto& [view, state] : expiry) {
+      auto now = state->cutoffs();
+      bool advanced = false;
+      for (const auto& [p, cutoff] : now) {
+        auto it = state->compacted.find(p);
+        if (it == state->compacted.end() || it->second < cutoff) advanced = true;
+      }
+      if (!advanced) continue;
+      rocksdb::CompactRangeOptions o;
+      o.exclusive_manual_compaction = false;  // automatic compactions go on meanwhile
+      o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+      auto s = rdb->CompactRange(o, views.at(view), nullptr, nullptr);
+      if (!s.ok()) return from_rocks(s, "compacting expired windows of '" + view_names.at(view) + "'");
+      state->compacted = std::move(now);
+      ++compacted;
+    }
+    return compacted;
+  }
+
+  void run_expiry(std::chrono::milliseconds every) {
+    std::unique_lock lock(thread_mu);
+    while (!thread_cv.wait_for(lock, every, [&] { return stopping; })) {
+      lock.unlock();
+      auto started = std::chrono::steady_clock::now();
+      auto done = expire();
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+      lock.lock();
+      if (stopping) break;
+      if (!done.ok()) storage_log()->warn("expiring windows: {}", done.error().message());
+      else if (*done > 0) storage_log()->info("expired windows: compacted {} windowed view(s) in {} ms", *done, ms.count());
+    }
+  }
+
   ~impl() {
+    if (expiry_thread.joinable()) {
+      {
+        std::lock_guard lock(thread_mu);
+        stopping = true;
+      }
+      thread_cv.notify_all();
+      rdb->DisableManualCompaction();  // ends a running pass early
+      expiry_thread.join();
+    }
     for (auto* h : handles) {
       if (h == rdb->DefaultColumnFamily()) continue;
       auto s = rdb->DestroyColumnFamilyHandle(h);
@@ -132,6 +255,13 @@ struct db::impl {
 struct write_batch::impl {
   const db::impl* owner;
   rocksdb::WriteBatch batch;
+  // Stream times of windowed views written by this batch, published by db::write.
+  struct stream_time {
+    window_expiry* view;
+    int32_t partition;
+    int64_t time;
+  };
+  std::vector<stream_time> stream_times;
 };
 
 write_batch::write_batch(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
@@ -188,11 +318,16 @@ void write_batch::set_named_position(std::string_view name, int32_t partition, i
   auto k = encode_position_key(name, partition);
   auto s = impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset));
   if (!s.ok()) throw std::runtime_error("write_batch::set_named_position: " + s.ToString());
+  if (auto it = impl_->owner->expiry_by_position.find(name); it != impl_->owner->expiry_by_position.end())
+    impl_->stream_times.push_back({it->second, partition, next_offset});
 }
 
 size_t write_batch::operation_count() const { return static_cast<size_t>(impl_->batch.Count()); }
 size_t write_batch::byte_size() const { return impl_->batch.GetDataSize(); }
-void write_batch::clear() { impl_->batch.Clear(); }
+void write_batch::clear() {
+  impl_->batch.Clear();
+  impl_->stream_times.clear();
+}
 
 std::vector<write_batch::entry> write_batch::entries() const {
   struct decoder : rocksdb::WriteBatch::Handler {
@@ -291,10 +426,22 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     ensure(v);
   }
 
+  std::map<std::string, std::shared_ptr<window_expiry>> expiry;
+  for (const auto& [name, w] : opts.windowed) {
+    if (std::find(views.begin(), views.end(), name) == views.end())
+      return invalid_argument("windowed store '" + name + "' is not a configured view");
+    auto state = std::make_shared<window_expiry>();
+    state->spec = w.spec;
+    expiry.emplace(name, std::move(state));
+  }
+
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   for (const auto& n : names) {
     auto it = opts.per_store.find(n);
-    descs.emplace_back(n, it == opts.per_store.end() ? *defaults : *cf_options(it->second, i->cache));
+    auto cf = it == opts.per_store.end() ? *defaults : *cf_options(it->second, i->cache);
+    if (auto e = expiry.find(n); e != expiry.end())
+      cf.compaction_filter_factory = std::make_shared<window_expiry_filter_factory>(e->second);
+    descs.emplace_back(n, std::move(cf));
   }
   rocksdb::DB* raw = nullptr;
   auto s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
@@ -316,6 +463,29 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     i->view_names.push_back(v);
     i->by_cf_id[h->GetID()] = id;
     i->by_name.emplace(v, id);
+  }
+
+  // Stream times as stored: "pos" 0x00 name 0x00 partition (4 bytes).
+  for (auto& [name, state] : expiry) {
+    const auto& position = opts.windowed.at(name).stream_time_position;
+    auto prefix = encode_position_key(position, 0);
+    prefix.resize(prefix.size() - 4);
+    std::unique_ptr<rocksdb::Iterator> it(i->rdb->NewIterator(rocksdb::ReadOptions(), i->meta));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      auto k = it->key();
+      if (k.size() != prefix.size() + 4) continue;
+      auto part = decode_data_key(std::string_view(k.data() + prefix.size(), 4));
+      auto t = decode_offset(std::string_view(it->value().data(), it->value().size()));
+      if (part && t) state->stream_time[part->partition] = *t;
+    }
+    if (!it->status().ok()) return from_rocks(it->status(), "reading stream times of '" + name + "'");
+    i->expiry_by_position.emplace(position, state.get());
+    i->expiry.emplace(i->by_name.at(name), std::move(state));
+  }
+  if (!i->expiry.empty() && opts.window_expiry_interval_ms > 0) {
+    auto* raw_impl = i.get();
+    auto every = std::chrono::milliseconds(opts.window_expiry_interval_ms);
+    i->expiry_thread = std::thread([raw_impl, every] { raw_impl->run_expiry(every); });
   }
   return std::unique_ptr<db>(new db(std::move(i)));
 }
@@ -341,8 +511,18 @@ status db::write(write_batch& batch) {
   // process crash (kill -9) cannot lose. Power loss may lose the newest batches, and
   // since positions travel in the same batch, ingest then re-reads exactly those.
   wo.sync = false;
-  return from_rocks(impl_->rdb->Write(wo, &batch.impl_->batch), "write");
+  auto s = from_rocks(impl_->rdb->Write(wo, &batch.impl_->batch), "write");
+  // Expiry follows stream time only once it is stored: a window is deleted from disk
+  // only when the stored state says it has expired.
+  if (s.ok())
+    for (const auto& st : batch.impl_->stream_times) {
+      std::lock_guard lock(st.view->mu);
+      st.view->stream_time[st.partition] = st.time;
+    }
+  return s;
 }
+
+result<int> db::expire_windows() { return impl_->expire(); }
 
 result<std::optional<int64_t>> db::stored_position(view_id view, int32_t partition) const {
   std::string v;
@@ -419,6 +599,8 @@ result<view_stats> db::stats(view_id view) const {
   prop(rocksdb::DB::Properties::kEstimatePendingCompactionBytes, out.pending_compaction_bytes);
   prop(rocksdb::DB::Properties::kNumRunningCompactions, out.running_compactions);
   prop(rocksdb::DB::Properties::kNumRunningFlushes, out.running_flushes);
+  if (auto it = impl_->expiry.find(view); it != impl_->expiry.end())
+    out.expired_windows = it->second->expired.load(std::memory_order_relaxed);
   return out;
 }
 

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "storage/db.h"
 #include "storage/key_codec.h"
@@ -128,4 +129,108 @@ TEST_CASE("bad options are rejected by name") {
   auto d = db::open(bad, {"v"});
   REQUIRE_FALSE(d.ok());
   CHECK(d.error().message().find("compression") != std::string::npos);
+}
+
+TEST_CASE("windows expired at their partition's stored stream time leave the disk on the next expiry pass") {
+  temp_dir dir;
+  kstate::window_spec spec;
+  spec.size_ms = 1000;
+  spec.retention_ms = 5000;
+  REQUIRE(kstate::normalize(spec).ok());
+  db_options o;
+  o.path = dir.path.string();
+  o.windowed["clicks"] = windowed_store{spec, "clicks#stream_time"};
+  o.window_expiry_interval_ms = 0;  // passes only when the test asks
+  o.defaults.compression = "none";  // sizes on disk then follow the bytes kept
+
+  // 3 partitions x 100 keys x 20 windows (starts 0, 1000, .., 19000), 200-byte values;
+  // the table view "users" holds the same bytes and must keep all of them.
+  const std::map<int32_t, int64_t> stream_time{{0, 20000}, {1, 10000}};  // partition 2: none yet
+  std::mt19937 rng(7);
+  auto value = [&] {
+    std::string v(200, '\0');
+    for (auto& c : v) c = static_cast<char>(rng());
+    return v;
+  };
+  std::set<std::pair<int32_t, std::string>> live;  // what must remain: (partition, stored key)
+  size_t expired = 0;
+  {
+    auto opened = db::open(o, {"clicks", "users"});
+    REQUIRE(opened.ok());
+    auto& d = *opened.value();
+    auto clicks = *d.find_view("clicks"), users = *d.find_view("users");
+    for (int32_t p = 0; p < 3; ++p) {
+      auto b = d.new_batch();
+      for (int k = 0; k < 100; ++k)
+        for (int64_t start = 0; start < 20000; start += 1000) {
+          auto key = kstate::encode_windowed_key("user-" + std::to_string(k), start);
+          b.put(clicks, p, key, value());
+          b.put(users, p, key, value());
+          auto st = stream_time.find(p);
+          // Expired: the window's end is at least `retention` before stream time.
+          if (st != stream_time.end() && start + 1000 + 5000 <= st->second) ++expired;
+          else live.emplace(p, key);
+        }
+      if (auto st = stream_time.find(p); st != stream_time.end()) b.set_named_position("clicks#stream_time", p, st->second);
+      REQUIRE(d.write(b).ok());
+    }
+    REQUIRE(expired == 100 * 15 + 100 * 5);
+    REQUIRE(d.flush().ok());
+    auto before = d.stats(clicks).value().total_sst_bytes;
+
+    auto passes = d.expire_windows();
+    REQUIRE(passes.ok());
+    CHECK(*passes == 1);
+    CHECK(d.stats(clicks).value().expired_windows == expired);
+    std::set<std::pair<int32_t, std::string>> kept;
+    size_t users_kept = 0;
+    auto snap = d.read_snapshot();
+    for (int32_t p = 0; p < 3; ++p) {
+      for (auto it = snap->scan(clicks, p, {}, {}, false); it->valid(); it->next()) kept.emplace(p, std::string(it->key()));
+      for (auto it = snap->scan(users, p, {}, {}, false); it->valid(); it->next()) ++users_kept;
+    }
+    CHECK(kept == live);
+    CHECK(users_kept == 3 * 100 * 20);
+    auto after = d.stats(clicks).value().total_sst_bytes;
+    MESSAGE("windowed view on disk: " << before << " -> " << after << " bytes");
+    // The files shrink to the live share (4,000 of 6,000 windows here).
+    const double live_share = static_cast<double>(live.size()) / (3 * 100 * 20);
+    CHECK(static_cast<double>(after) < static_cast<double>(before) * (live_share + 0.05));
+
+    // Nothing new expired: the next pass compacts nothing.
+    CHECK(d.expire_windows().value() == 0);
+
+    // Stream time reaches partition 2 (cutoff 14001 as for partition 0).
+    auto b = d.new_batch();
+    b.set_named_position("clicks#stream_time", 2, 20000);
+    REQUIRE(d.write(b).ok());
+    CHECK(d.expire_windows().value() == 1);
+    CHECK(d.stats(clicks).value().expired_windows == expired + 100 * 15);
+  }
+  // Stream times are read back on open: a reopened database expires nothing more and
+  // keeps what is live.
+  auto reopened = db::open(o, {"clicks", "users"});
+  REQUIRE(reopened.ok());
+  auto& d = *reopened.value();
+  auto clicks = *d.find_view("clicks");
+  CHECK(d.expire_windows().value() == 1);
+  CHECK(d.stats(clicks).value().expired_windows == 0);
+  size_t count = 0;
+  auto snap = d.read_snapshot();
+  for (int32_t p = 0; p < 3; ++p)
+    for (auto it = snap->scan(clicks, p, {}, {}, false); it->valid(); it->next()) ++count;
+  CHECK(count == live.size() - 100 * 15);  // partition 2 lost its first 15 windows of each key
+}
+
+TEST_CASE("a windowed store that names no configured view is refused") {
+  temp_dir dir;
+  db_options o;
+  o.path = dir.path.string();
+  kstate::window_spec spec;
+  spec.size_ms = 1000;
+  REQUIRE(kstate::normalize(spec).ok());
+  o.windowed["nope"] = windowed_store{spec, "nope#stream_time"};
+  auto opened = db::open(o, {"clicks"});
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.error().message().find("nope") != std::string::npos);
 }

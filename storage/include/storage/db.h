@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "core/types.h"
+#include "core/window.h"
 
 namespace kstate::storage {
 
@@ -34,6 +35,15 @@ struct store_options {
   std::string compression = "lz4";
   // level | universal. Default level.
   std::string compaction_style = "level";
+};
+
+// A windowed view (core/window.h). Its stored keys end in the window start
+// (encode_windowed_key), and its partitions' stream times are the named position
+// `stream_time_position` (write_batch::set_named_position). A compaction filter deletes
+// every window expired at its partition's stream time, so retention also frees disk.
+struct windowed_store {
+  window_spec spec;
+  std::string stream_time_position;
 };
 
 struct db_options {
@@ -52,6 +62,12 @@ struct db_options {
   // Defaults for every view, and per-view overrides by view name.
   store_options defaults;
   std::map<std::string, store_options> per_store;
+  // Windowed views by view name.
+  std::map<std::string, windowed_store> windowed;
+  // How often a background thread compacts windowed views in which windows expired since
+  // the last pass (db::expire_windows), ms; 0: expired windows leave disk only when RocksDB
+  // compacts their files anyway. Default 1 h.
+  int64_t window_expiry_interval_ms = 3'600'000;
 };
 
 // Identifies a view's column family; obtained once from db::view_id().
@@ -113,6 +129,7 @@ struct view_stats {
   uint64_t pending_compaction_bytes = 0; // rocksdb.estimate-pending-compaction-bytes
   uint64_t running_compactions = 0;      // rocksdb.num-running-compactions (whole DB)
   uint64_t running_flushes = 0;          // rocksdb.num-running-flushes (whole DB)
+  uint64_t expired_windows = 0;          // windowed views: windows deleted by retention since open
 };
 
 // Whole-database figures.
@@ -205,6 +222,12 @@ class db {
   db_stats stats() const;
   // "major.minor.patch" of the linked RocksDB.
   static std::string rocksdb_version();
+
+  // Windowed views: compacts every windowed view in which some partition's stream time
+  // expired windows since the last call, so the compaction filter deletes them from disk.
+  // Returns how many views were compacted. Blocks until done; the background thread of
+  // db_options::window_expiry_interval_ms calls it too.
+  result<int> expire_windows();
 
   // Flushes memtables (used on clean shutdown so restart replays no WAL).
   status flush();
