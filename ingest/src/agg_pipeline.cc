@@ -158,7 +158,10 @@ status agg_pipeline::create_topics() {
     auto* nt = rd_kafka_NewTopic_new(w.name.c_str(), w.partitions, w.replication, err, sizeof err);
     if (!nt) return invalid_argument("topic '" + w.name + "': " + err);
     if (w.compact) {
-      if (rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact")) return invalid_argument("cleanup.policy");
+      // compact, or compact,delete for a windowed view that asked for it (config.cc checks).
+      if (!w.def->changelog_configs.count("cleanup.policy") &&
+          rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact"))
+        return invalid_argument("cleanup.policy");
       for (const auto& [k, val] : w.def->changelog_configs)
         if (rd_kafka_NewTopic_set_config(nt, k.c_str(), val.c_str()))
           return invalid_argument("changelog config '" + k + "'");

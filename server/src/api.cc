@@ -617,6 +617,14 @@ json api::store_json(const view_def& v) const {
     out["changelog_topic"] = v.changelog_topic;
     if (v.rekeyed()) out["repartition_topic"] = v.repartition_topic;
   }
+  if (v.window) {
+    out["window"] = {{"type", to_string(v.window->type)},
+                     {"size_ms", v.window->size_ms},
+                     {"advance_ms", v.window->advance_ms},
+                     {"grace_ms", v.window->grace_ms},
+                     {"retention_ms", v.window->retention_ms}};
+    if (!v.window->time_field.empty()) out["window"]["time_field"] = v.window->time_field;
+  }
   return out;
 }
 
@@ -651,6 +659,7 @@ http_response api::describe_store(const http_request& req, const captures& c) co
   body["estimated_keys"] = info.stats.estimated_keys;
   body["size_on_disk_bytes"] = info.stats.live_sst_bytes;
   body["memtable_bytes"] = info.stats.memtable_bytes;
+  if (info.def->window) body["expired_windows"] = info.stats.expired_windows;
   body["served_by"] = ctx_.instance;
   return json_response(200, body).with_header("X-Kstate-Position", position_header(pos));
 }

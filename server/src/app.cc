@@ -110,6 +110,8 @@ status app::start() {
     auth = std::move(a.value());
     spdlog::info("bearer tokens required: {} token(s) from {}", auth->size(), i.cfg.auth.token_file);
   }
+  for (const auto& v : i.cfg.views)
+    if (v.windowed()) i.cfg.rocksdb.windowed[v.name] = storage::windowed_store{*v.window, stream_time_position_name(v)};
   auto opened = storage::db::open(i.cfg.rocksdb, names);
   if (!opened.ok()) return opened.error();
   i.db = std::move(opened.value());

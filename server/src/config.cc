@@ -185,8 +185,11 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
     if (!c.IsMap()) fail(where + ".changelog_configs", "must map topic config names to values");
     for (const auto& kv : c) {
       auto k = kv.first.as<std::string>();
-      if (k == "cleanup.policy") fail(where + ".changelog_configs.cleanup.policy", "is set by kstate (compact)");
       v.changelog_configs[k] = get_string(kv.second, where + ".changelog_configs." + k);
+      // A changelog keeps the latest update of each key. Windowed views may also let
+      // Kafka delete old segments (their keys expire); any other view needs every key.
+      if (k == "cleanup.policy" && v.changelog_configs[k] != "compact" && v.changelog_configs[k] != "compact,delete")
+        fail(where + ".changelog_configs.cleanup.policy", "must be compact, or compact,delete for a windowed view");
     }
   }
   if (auto w = n["window"]) {
@@ -222,6 +225,9 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
     }
     v.window = spec;
   }
+  if (auto it = v.changelog_configs.find("cleanup.policy");
+      it != v.changelog_configs.end() && it->second != "compact" && !v.window)
+    fail(where + ".changelog_configs.cleanup.policy", "may be compact,delete only for a windowed view");
   if (n["cache"]) {
     if (!n["cache"].IsScalar()) fail(where + ".cache", "must be true or false");
     try {
@@ -364,7 +370,8 @@ app_config parse(const YAML::Node& root) {
   }
   if (auto r = root["rocksdb"]) {
     check_keys(r, "rocksdb", {"block_cache_mb", "write_buffer_manager_mb", "max_background_jobs", "write_buffer_mb",
-                              "max_write_buffers", "bloom_bits_per_key", "compression", "compaction_style", "stores"});
+                              "max_write_buffers", "bloom_bits_per_key", "compression", "compaction_style", "stores",
+                              "window_expiry_interval_ms"});
     if (r["block_cache_mb"])
       c.rocksdb.block_cache_bytes = get_number<uint64_t>(r["block_cache_mb"], "rocksdb.block_cache_mb", 1, 1 << 20) << 20;
     if (r["write_buffer_manager_mb"])
@@ -374,6 +381,9 @@ app_config parse(const YAML::Node& root) {
       fail("rocksdb.write_buffer_manager_mb", "must not exceed rocksdb.block_cache_mb (memtables are charged to the cache)");
     if (r["max_background_jobs"])
       c.rocksdb.max_background_jobs = get_number<int>(r["max_background_jobs"], "rocksdb.max_background_jobs", 1, 64);
+    if (r["window_expiry_interval_ms"])
+      c.rocksdb.window_expiry_interval_ms = get_number<int64_t>(r["window_expiry_interval_ms"],
+                                                                "rocksdb.window_expiry_interval_ms", 0, 7ll * 86'400'000);
     parse_store_options(r, "rocksdb", c.rocksdb.defaults);
     if (auto stores = r["stores"]) {
       if (!stores.IsMap()) fail("rocksdb.stores", "must map store names to settings");
@@ -634,7 +644,8 @@ std::string render_config(const app_config& c) {
     << YAML::Key << "block_cache_mb" << YAML::Value << (c.rocksdb.block_cache_bytes >> 20)
     << YAML::Key << "write_buffer_manager_mb" << YAML::Value
     << ((c.rocksdb.write_buffer_manager_bytes ? c.rocksdb.write_buffer_manager_bytes : c.rocksdb.block_cache_bytes / 4) >> 20)
-    << YAML::Key << "max_background_jobs" << YAML::Value << c.rocksdb.max_background_jobs;
+    << YAML::Key << "max_background_jobs" << YAML::Value << c.rocksdb.max_background_jobs
+    << YAML::Key << "window_expiry_interval_ms" << YAML::Value << c.rocksdb.window_expiry_interval_ms;
   store_opts(c.rocksdb.defaults);
   if (!c.rocksdb.per_store.empty()) {
     e << YAML::Key << "stores" << YAML::Value << YAML::BeginMap;

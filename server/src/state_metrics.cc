@@ -84,6 +84,13 @@ class state_metrics final : public prometheus::Collectable {
       for (const auto& [name, s] : stats) gauge(f, {{"store", name}}, static_cast<double>(s.*(p.field)));
     }
 
+    auto& expired = family("kstate_store_expired_windows_total",
+                           "Windows deleted from disk by retention (compaction filter) since start", MetricType::Counter);
+    for (const auto& v : views_)
+      if (v.windowed())
+        for (const auto& [name, s] : stats)
+          if (name == v.name) counter(expired, {{"store", name}}, static_cast<double>(s.expired_windows));
+
     // The block cache is shared by every store (one memory budget), so its figures are
     // for the whole database.
     auto d = db_.stats();

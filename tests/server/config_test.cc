@@ -38,7 +38,7 @@ bootstrap_servers: a:1,b:2
 state_dir: /tmp/x
 http: {listen: "0.0.0.0:9000", threads: 4, max_header_bytes: 4096, max_body_bytes: 10, read_timeout_ms: 500}
 ingest: {max_batch_records: 7, max_batch_delay_ms: 3, commit_interval_ms: 20}
-rocksdb: {block_cache_mb: 32, compression: zstd}
+rocksdb: {block_cache_mb: 32, compression: zstd, window_expiry_interval_ms: 60000}
 kafka: {security.protocol: SASL_SSL, sasl.password: hunter2}
 views:
   - {name: a, topic: ta, key_format: bytes, value_format: string, partitioner: fnv1a, dead_letter_topic: dlq}
@@ -51,6 +51,7 @@ views:
   CHECK(c->ingest.max_batch_records == 7);
   CHECK(c->rocksdb.block_cache_bytes == 32ull << 20);
   CHECK(c->rocksdb.path == "/tmp/x");
+  CHECK(c->rocksdb.window_expiry_interval_ms == 60000);
   CHECK(c->ingest.kafka.at("security.protocol") == "SASL_SSL");
   CHECK(c->views[0].key_format == data_format::bytes);
   CHECK(c->views[0].dead_letter_topic == "dlq");
@@ -314,7 +315,9 @@ TEST_CASE("invalid aggregate configs: one clear error naming the key") {
       {"{name: v, topic: t, kind: count, value_format: string}", "views[0].value_format: an aggregate's values are JSON"},
       {"{name: v, topic: t, kind: count, group_by: words, partitioner: fnv1a}", "views[0].partitioner: re-keyed views"},
       {"{name: v, topic: t, kind: count, changelog_configs: {cleanup.policy: delete}}",
-       "views[0].changelog_configs.cleanup.policy: is set by kstate"},
+       "views[0].changelog_configs.cleanup.policy: must be compact, or compact,delete for a windowed view"},
+      {"{name: v, topic: t, kind: count, changelog_configs: {cleanup.policy: 'compact,delete'}}",
+       "views[0].changelog_configs.cleanup.policy: may be compact,delete only for a windowed view"},
   };
   for (const auto& r : rows) {
     std::string yaml = std::string("application_id: a\nbootstrap_servers: b\nviews: [") + r.view + "]";
