@@ -121,4 +121,16 @@ inline double metric_with(uint16_t port, const std::string& name, const std::str
   return sum;
 }
 
+// Waits until the process has been assigned partitions (it may still be restoring).
+inline bool wait_assigned(kstate_process& ks, std::chrono::seconds timeout) {
+  http_client c(ks.port());
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto a = c.get("/readyz");
+    if (a && !a->body_json()["partitions"].empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 }  // namespace kstate::testing

@@ -17,17 +17,6 @@ using namespace kstate::testing;
 
 namespace {
 
-bool wait_assigned(kstate_process& ks, std::chrono::seconds timeout) {
-  http_client c(ks.port());
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto a = c.get("/readyz");
-    if (a && !a->body_json()["partitions"].empty()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
 struct outcome {
   std::map<std::string, json> words, sums;
   int kills = 0;
