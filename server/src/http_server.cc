@@ -217,9 +217,15 @@ class session_base : public std::enable_shared_from_this<session_base> {
   virtual ~session_base() = default;
   virtual void on_stop() = 0;
   virtual void on_reply(http_response r) = 0;
+  // A reply completed on the session's own thread from inside its handler call: kept
+  // and answered when the handler returns, without a trip through the strand's queue.
+  virtual void keep_inline_reply(http_response r) = 0;
   virtual void abandon_pending_reply() = 0;
   virtual net::any_io_executor executor() = 0;
 };
+
+// The session whose handler call is running on this thread, if any (set by handle()).
+thread_local session_base* handling_session = nullptr;
 
 // One connection. Owned by shared_ptrs held in its own pending completion handlers
 // (and, while an async handler has not answered yet, by that request's reply_state):
@@ -238,7 +244,7 @@ class session : public session_base {
 
   template <class... Args>
   session(std::shared_ptr<shared_state> st, Args&&... args)
-      : stream_(std::forward<Args>(args)...), st_(std::move(st)) {}
+      : stream_(std::forward<Args>(args)...), st_(std::move(st)), watchdog_(stream_.get_executor()) {}
 
   ~session() {
     std::lock_guard lk(st_->mu);
@@ -258,7 +264,7 @@ class session : public session_base {
       net::dispatch(stream_.get_executor(), [self = self()] {
         // The handshake is bounded like a request: a client that connects and says
         // nothing (or speaks plain HTTP and waits) is cut off.
-        self->tcp_layer().expires_after(self->st_->cfg.read_timeout);
+        self->set_deadline(self->st_->cfg.read_timeout);
         self->stream_.async_handshake(net::ssl::stream_base::server,
                                       beast::bind_front_handler(&session::on_handshake, self));
       });
@@ -285,6 +291,8 @@ class session : public session_base {
     }
     respond(std::move(r));
   }
+
+  void keep_inline_reply(http_response r) override { inline_reply_.emplace(std::move(r)); }
 
   // Only after the I/O threads were joined (no strand is running): a reply the handler
   // still owes is abandoned, which releases the session.
@@ -327,9 +335,46 @@ class session : public session_base {
   }
 
   void close() {
+    closed_ = true;
+    watchdog_.cancel();
     beast::error_code ec;
     tcp_layer().socket().shutdown(tcp::socket::shutdown_both, ec);  // peer may be gone already
     tcp_layer().close();
+  }
+
+  // --- deadlines -------------------------------------------------------------------
+  //
+  // One timer per connection. tcp_stream's expires_after would start and cancel a
+  // timer wait around every read and write (two more completions per request); here a
+  // new deadline only moves a time point. The timer, when it fires before the current
+  // deadline, waits again until it; once the deadline has passed it closes the socket,
+  // which ends the pending read or write with an error (the same outcome as a timeout).
+  using clock = std::chrono::steady_clock;
+
+  void set_deadline(std::chrono::milliseconds d) {
+    deadline_ = clock::now() + d;
+    if (!watchdog_armed_ && !closed_) arm_watchdog();
+  }
+
+  // No deadline while the handler works on a request: it has its own limits.
+  void clear_deadline() { deadline_ = clock::time_point::max(); }
+
+  void arm_watchdog() {
+    watchdog_armed_ = true;
+    watchdog_.expires_at(deadline_);
+    // A weak reference: a pending wait must not keep a finished connection alive.
+    watchdog_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+      if (auto s = weak.lock()) static_cast<session*>(s.get())->on_watchdog(ec);
+    });
+  }
+
+  void on_watchdog(beast::error_code ec) {
+    watchdog_armed_ = false;
+    if (ec == net::error::operation_aborted || closed_) return;
+    if (deadline_ == clock::time_point::max()) return;  // set_deadline() arms it again
+    if (clock::now() < deadline_) return arm_watchdog();
+    log()->debug("connection idle or stalled past its deadline: closed");
+    close();
   }
 
   void do_read() {
@@ -346,7 +391,7 @@ class session : public session_base {
     parser_->body_limit(st_->cfg.max_body_bytes);
     // One deadline for the whole request (headers and body) and for the idle time
     // before it: a client trickling bytes (slowloris) is cut off at read_timeout.
-    tcp_layer().expires_after(st_->cfg.read_timeout);
+    set_deadline(st_->cfg.read_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&session::on_header, self()));
   }
@@ -409,7 +454,7 @@ class session : public session_base {
                   "request body exceeds " + std::to_string(st_->cfg.max_body_bytes) + " bytes");
     }
     // The client closed between requests (end_of_stream) or mid-request
-    // (partial_message), the deadline passed (tcp_stream already closed the socket),
+    // (partial_message), the deadline passed (the watchdog closed the socket),
     // stop() closed us, or the socket failed: there is nobody to answer.
     if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == beast::error::timeout ||
         ec == net::error::operation_aborted || ec.category() != http::make_error_code(http::error::bad_target).category()) {
@@ -422,6 +467,7 @@ class session : public session_base {
 
   void handle() {
     phase_ = phase::handling;
+    clear_deadline();
     auto& msg = parser_->get();
 
     http_request req;
@@ -452,6 +498,7 @@ class session : public session_base {
     // a pipelined request waits in the socket buffer.
     auto rs = std::make_shared<reply_state>(self(), req.request_id, req.path);
     pending_ = rs;
+    handling_session = this;
     try {
       // Called concurrently from all I/O threads: handlers must be thread-safe.
       st_->handler(req, [rs](http_response r) { rs->complete(std::move(r)); });
@@ -466,6 +513,13 @@ class session : public session_base {
     }
     // If the handler neither answered nor kept a copy of the responder, releasing `rs`
     // here runs its destructor, which answers 500.
+    rs.reset();
+    handling_session = nullptr;
+    if (inline_reply_) {
+      auto r = std::move(*inline_reply_);
+      inline_reply_.reset();
+      on_reply(std::move(r));
+    }
   }
 
   http_response internal_error_response() const {
@@ -531,7 +585,7 @@ class session : public session_base {
       res_.content_length(size);
     }
     // A client that stops reading its response is cut off like one that stops sending.
-    tcp_layer().expires_after(st_->cfg.read_timeout);
+    set_deadline(st_->cfg.read_timeout);
     http::async_write(stream_, res_, beast::bind_front_handler(&session::on_write, self(), !keep_alive));
   }
 
@@ -568,7 +622,7 @@ class session : public session_base {
     sres_->body().data = nullptr;
     sres_->body().more = true;
     ssr_.emplace(*sres_);
-    tcp_layer().expires_after(st_->cfg.read_timeout);
+    set_deadline(st_->cfg.read_timeout);
     http::async_write_header(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
   }
 
@@ -612,7 +666,7 @@ class session : public session_base {
     body.data = piece_.empty() ? nullptr : piece_.data();
     body.size = piece_.size();
     body.more = more;  // false: the serializer appends the last chunk after this piece
-    tcp_layer().expires_after(st_->cfg.read_timeout);
+    set_deadline(st_->cfg.read_timeout);
     http::async_write(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
   }
 
@@ -661,7 +715,7 @@ class session : public session_base {
   void lingering_close() {
     phase_ = phase::draining;
     if (st_->stopping) return close();
-    tcp_layer().expires_after(std::min<std::chrono::milliseconds>(st_->cfg.read_timeout, std::chrono::seconds(2)));
+    set_deadline(std::min<std::chrono::milliseconds>(st_->cfg.read_timeout, std::chrono::seconds(2)));
     if constexpr (is_tls) {
       // TLS ends with close_notify both ways; waiting for the client's also consumes
       // what it was still sending, within the same bound.
@@ -707,6 +761,11 @@ class session : public session_base {
   bool close_after_response_ = false;
   std::array<char, 8192> drain_buf_{};
   std::size_t drained_ = 0;
+  net::steady_timer watchdog_;
+  clock::time_point deadline_ = clock::time_point::max();
+  bool watchdog_armed_ = false;
+  bool closed_ = false;
+  std::optional<http_response> inline_reply_;
 };
 
 bool reply_state::complete(http_response r) {
@@ -714,9 +773,16 @@ bool reply_state::complete(http_response r) {
   if (done_) return false;
   done_ = true;
   if (!target_) return false;
-  // Posted, never dispatched: the handler may call us on the strand from inside
-  // handle(), and the session must not re-enter itself. Posting under mu_ is what makes
-  // abandon() safe (see the class comment); post never runs the handler inline.
+  if (target_.get() == handling_session) {
+    // Called from inside handle(), on the session's strand: handle() answers it when
+    // the handler returns. The session must not re-enter itself from here.
+    target_->keep_inline_reply(std::move(r));
+    target_.reset();
+    return true;
+  }
+  // Posted, never dispatched: the session must not be re-entered from a thread that
+  // runs its strand. Posting under mu_ is what makes abandon() safe (see the class
+  // comment); post never runs the handler inline.
   auto ex = target_->executor();
   net::post(ex, [s = std::move(target_), r = std::move(r)]() mutable { s->on_reply(std::move(r)); });
   return true;
