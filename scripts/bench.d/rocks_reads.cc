@@ -1,6 +1,6 @@
 // The store ceiling of scripts/bench: point reads of the lookup keys, in process, on a
 // copy of kstate's state directory, with kstate's table options (shared LRU block cache,
-// bloom filter, index and filter blocks in the cache). No HTTP, no JSON.
+// bloom filter, partitioned index and filter blocks in the cache). No HTTP, no JSON.
 //
 //   rocks_reads DB_DIR COLUMN_FAMILY KEYFILE THREADS SECONDS CACHE_MB
 //
@@ -55,10 +55,17 @@ int main(int argc, char** argv) {
   if (keys.empty()) return std::fprintf(stderr, "rocks_reads: no keys\n"), 1;
 
   rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(static_cast<size_t>(std::atoll(argv[6])) << 20);
+  rocksdb::LRUCacheOptions cache_opts;
+  cache_opts.capacity = static_cast<size_t>(std::atoll(argv[6])) << 20;
+  cache_opts.high_pri_pool_ratio = 0.1;
+  table.block_cache = rocksdb::NewLRUCache(cache_opts);
   table.cache_index_and_filter_blocks = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
+  table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+  table.partition_filters = true;
+  table.metadata_block_size = 4096;
+  table.pin_top_level_index_and_filter = true;
   table.format_version = 5;
   rocksdb::ColumnFamilyOptions cfo;
   cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
