@@ -62,6 +62,23 @@ function dataSet() {
   return { lines, latest };
 }
 
+// Clicks with event times for the windowed store: 600 clicks of 12 users, one every
+// 2 s from 10:00 UTC (20 minutes), in time order. The recount: (user, minute) -> clicks.
+const CLICK_BASE = Date.parse('2026-12-02T10:00:00Z');
+function clickSet() {
+  const lines = [];
+  const perMinute = new Map();
+  const hex = (s) => Buffer.from(s, 'utf8').toString('hex');
+  for (let i = 0; i < 600; i++) {
+    const user = `click-user-${String((i * 7) % 12).padStart(2, '0')}`;
+    const ts = CLICK_BASE + i * 2000;
+    lines.push(`${hex(user)}\t${hex(JSON.stringify({ page: `/p/${i % 9}` }))}\t${ts}`);
+    const k = `${user}|${Math.floor(ts / 60000) * 60000}`;
+    perMinute.set(k, (perMinute.get(k) ?? 0) + 1);
+  }
+  return { lines, perMinute };
+}
+
 // ---- helpers ------------------------------------------------------------------------
 
 function freePort() {
@@ -98,7 +115,7 @@ function logTail(path) {
 
 // ---- fixture --------------------------------------------------------------------------
 
-const run = { topic: '', kstate: null, context: null, page: null, base: '', log: '', errors: [], latest: null, profile: '' };
+const run = { topic: '', clicks: null, kstate: null, context: null, page: null, base: '', log: '', errors: [], latest: null, profile: '' };
 
 before(async () => {
   // Prerequisites, each failing with what to do about it.
@@ -140,6 +157,11 @@ before(async () => {
     lines.join('\n') + '\n',
   );
 
+  const clickTopic = `e2e-clicks-${stamp}`;
+  kafka(['topics', '--create', '--topic', clickTopic, '--partitions', '3', '--replication-factor', '1']);
+  run.clicks = clickSet();
+  kafka(['produce-bytes', '--topic', clickTopic], run.clicks.lines.join('\n') + '\n');
+
   const port = await freePort();
   run.base = `http://127.0.0.1:${port}`;
   const config = join(out, 'kstate.yaml');
@@ -158,6 +180,10 @@ before(async () => {
       `    topic: ${topic}`,
       '    key_format: string',
       '    value_format: json',
+      '  - name: clicks_per_minute',
+      '    kind: count',
+      `    topic: ${clickTopic}`,
+      '    window: {type: tumbling, size: 1m, grace: 10m, retention: 30d}',
       '',
     ].join('\n'),
   );
@@ -176,7 +202,9 @@ before(async () => {
       if (r.status === 200) {
         // Every record applied: the exact count matches the data set.
         const c = await getJson(`${run.base}/v1/stores/users/count`);
-        if (c.status === 200 && c.body.count === latest.size) break;
+        const w = await getJson(`${run.base}/v1/stores/clicks_per_minute`);
+        const applied = w.status === 200 ? w.body.assigned_partitions.reduce((n, a) => n + (a.position ?? 0), 0) : 0;
+        if (c.status === 200 && c.body.count === latest.size && applied === run.clicks.lines.length) break;
       }
     } catch {
       // not listening yet
@@ -404,6 +432,62 @@ test('paging a prefix with "Load more" shows every key exactly once, in order', 
   await setView(DESKTOP, 'dark');
   await page.evaluate(() => document.getElementById('range').scrollIntoView());
   await shot('browse-range-desktop-dark', { fullPage: false });
+});
+
+test('a windowed store shows per-minute counts equal to a recount, for one key and across keys', async () => {
+  await setView(DESKTOP, 'light');
+  await open('#/browse/clicks_per_minute');
+  const page = run.page;
+  const recount = [...run.clicks.perMinute.entries()]
+    .map(([k, n]) => {
+      const [user, start] = k.split('|');
+      return { user, start: Number(start), n };
+    })
+    .sort((a, b) => (a.user < b.user ? -1 : a.user > b.user ? 1 : a.start - b.start));
+
+  // One key: every minute of click-user-03, in order.
+  await page.getByTestId('kw-key').fill('click-user-03');
+  await page.getByTestId('kw-submit').click();
+  await page.getByTestId('kw-row').first().waitFor();
+  const one = await page.getByTestId('kw-row').evaluateAll((rows) =>
+    rows.map((r) => [Number(r.dataset.start), Number(r.querySelector('[data-testid="kw-value"]').dataset.value)]),
+  );
+  assert.deepEqual(one, recount.filter((w) => w.user === 'click-user-03').map((w) => [w.start, w.n]));
+  await page.evaluate(() => document.getElementById('windows').scrollIntoView());
+  await shot('browse-windows-key-desktop-light', { fullPage: false });
+
+  // Every key over the whole interval, 25 windows a page, merged across partitions.
+  await page.getByTestId('wr-from').fill('2026-12-02T10:00:00Z');
+  await page.getByTestId('wr-to').fill('2026-12-02T11:00:00Z');
+  await page.getByTestId('wr-limit').selectOption('25');
+  await page.getByTestId('wr-submit').click();
+  const rows = page.getByTestId('wr-row');
+  await rows.first().waitFor();
+  let pages = 1;
+  for (;;) {
+    const more = page.getByTestId('wr-load-more');
+    if ((await more.count()) === 0) break;
+    const before = await rows.count();
+    await more.click();
+    await page.waitForFunction((n) => document.querySelectorAll('[data-testid="wr-row"]').length > n, before);
+    pages++;
+    assert.ok(pages < 50, 'paging does not end');
+  }
+  const all = await rows.evaluateAll((trs) =>
+    trs.map((r) => [
+      r.querySelector('[data-testid="wr-key"]').innerText,
+      Number(r.dataset.start),
+      Number(r.querySelector('[data-testid="wr-value"]').dataset.value),
+    ]),
+  );
+  assert.deepEqual(all, recount.map((w) => [w.user, w.start, w.n]), 'every (key, minute) once, in key then time order');
+  assert.equal(pages, Math.ceil(recount.length / 25));
+  await page.getByTestId('wr-summary').getByText('end of range').waitFor();
+  await page.evaluate(() => document.getElementById('window-range').scrollIntoView());
+  await shot('browse-windows-range-desktop-light', { fullPage: false });
+  await setView(PHONE, 'dark');
+  await page.evaluate(() => document.getElementById('window-range').scrollIntoView());
+  await shot('browse-windows-range-phone-dark', { fullPage: false });
 });
 
 test('API errors are shown as readable problems, not blank panels', async () => {

@@ -18,6 +18,9 @@ export type StoreList = Ok<'/v1/stores', 'get'>;
 export type StoreDetails = Ok<'/v1/stores/{store}', 'get'>;
 export type KeyValue = Ok<'/v1/stores/{store}/keys/{key}', 'get'>;
 export type RangePage = Ok<'/v1/stores/{store}/keys', 'get'>;
+export type KeyWindows = Ok<'/v1/stores/{store}/windows/{key}', 'get'>;
+export type WindowPage = Ok<'/v1/stores/{store}/windows', 'get'>;
+export type WindowDef = NonNullable<Store['window']>;
 export type Entry = Schemas['Entry'];
 export type Readiness = Schemas['Readiness'];
 export type Position = Schemas['Position'];
@@ -187,14 +190,33 @@ export async function range(store: string, p: RangeParams): Promise<RangePage> {
   return (await getJson<RangePage>(`/v1/stores/${seg(store)}/keys?${q}`)).body;
 }
 
-// Windows of a key in a windowed store. The route is planned, not yet in the spec: the
-// answer is shown as it comes.
-export async function windows(store: string, key: string, format: KeyFormat, from: string, to: string): Promise<unknown> {
+// Windows of a key in a windowed store overlapping [from, to) (ISO-8601 or epoch ms;
+// empty: unbounded).
+export async function keyWindows(store: string, key: string, format: KeyFormat, from: string, to: string): Promise<KeyWindows> {
   const k = keySegment(key, format);
   const q = new URLSearchParams({ key_format: k.format });
   if (from) q.set('from', from);
   if (to) q.set('to', to);
-  return (await getJson<unknown>(`/v1/stores/${seg(store)}/windows/${k.segment}?${q}`)).body;
+  return (await getJson<KeyWindows>(`/v1/stores/${seg(store)}/windows/${k.segment}?${q}`)).body;
+}
+
+export interface WindowParams {
+  key_from?: string;
+  key_to?: string;
+  from?: string;
+  to?: string;
+  limit?: number;
+  key_format?: KeyFormat;
+  cursor?: string;
+}
+
+// One page of the windows of every key in [key_from, key_to), across the cluster.
+export async function windowRange(store: string, p: WindowParams): Promise<WindowPage> {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(p)) {
+    if (v !== undefined && v !== '') q.set(k, String(v));
+  }
+  return (await getJson<WindowPage>(`/v1/stores/${seg(store)}/windows?${q}`)).body;
 }
 
 export async function metricsText(): Promise<string> {
@@ -216,6 +238,6 @@ export async function metricsText(): Promise<string> {
   throw new ApiError('/metrics', res.status, null, `/metrics answered ${res.status}`);
 }
 
-export function isWindowed(kind: string): boolean {
-  return kind.startsWith('windowed');
+export function isWindowed(store: Store): store is Store & { window: WindowDef } {
+  return store.window !== undefined;
 }

@@ -56,3 +56,16 @@ export function ranges(ns: number[]): string {
   }
   return out.join(', ');
 }
+
+// A duration in ms as configured: 60000 -> "1m", 90000 -> "90s", 86400000 -> "1d".
+export function duration(ms: number): string {
+  const units: [number, string][] = [
+    [86_400_000, 'd'],
+    [3_600_000, 'h'],
+    [60_000, 'm'],
+    [1_000, 's'],
+  ];
+  if (ms === 0) return '0s';
+  for (const [size, unit] of units) if (ms % size === 0) return `${ms / size}${unit}`;
+  return `${ms}ms`;
+}

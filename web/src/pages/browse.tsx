@@ -6,7 +6,6 @@ import {
   listStores,
   lookup,
   range,
-  windows,
   type KeyFormat,
   type Lookup,
   type RangePage,
@@ -16,6 +15,7 @@ import {
 import { Card, CopyButton, Json, KeyText, Loading, PageHead, ProblemView, Served } from '../components';
 import * as fmt from '../format';
 import { href, usePoll } from '../hooks';
+import { describeWindow, KeyWindowsCard, WindowRangeCard } from './windows';
 
 const FORMATS: KeyFormat[] = ['string', 'base64url', 'long', 'json'];
 
@@ -59,15 +59,20 @@ export function Browse({ store, query }: { store: string | undefined; query: URL
         sub={
           <>
             <code>{current.name}</code>: {current.kind} of topic <code>{current.topic}</code> · keys {current.key_format} · values {current.value_format}
+            {isWindowed(current) && <> · {describeWindow(current.window)}</>}
           </>
         }
         actions={<StorePicker list={list} current={current} />}
       />
-      <div class="browse-grid">
-        <LookupCard key={current.name} store={current} query={query} />
-        {isWindowed(current.kind) && <WindowsCard key={`w-${current.name}`} store={current} />}
-        <RangeCard key={`r-${current.name}`} store={current} />
-      </div>
+      {isWindowed(current) ? (
+        // Its stored keys are (key, window) pairs: the key routes do not apply.
+        <WindowCards key={`w-${current.name}`} store={current} />
+      ) : (
+        <div class="browse-grid">
+          <LookupCard key={current.name} store={current} query={query} />
+          <RangeCard key={`r-${current.name}`} store={current} />
+        </div>
+      )}
     </>
   );
 }
@@ -402,57 +407,15 @@ function RangeCard({ store }: { store: Store }) {
   );
 }
 
-// ---- windows of a key (windowed stores) ---------------------------------------
+// ---- windowed stores ------------------------------------------------------------
 
-function WindowsCard({ store }: { store: Store }) {
-  const [key, setKey] = useState('');
-  const [from, setFrom] = useState('');
-  const [to, setTo] = useState('');
+function WindowCards({ store }: { store: Store & { window: NonNullable<Store['window']> } }) {
   const [format, setFormat] = useState<KeyFormat>(defaultFormat(store));
-  const [busy, setBusy] = useState(false);
-  const [answer, setAnswer] = useState<unknown>(undefined);
-  const [error, setError] = useState<ApiError | null>(null);
+  const select = () => <FormatSelect value={format} onChange={setFormat} />;
   return (
-    <Card title="Windows of a key" id="windows">
-      <form
-        class="form-row"
-        onSubmit={async (e) => {
-          e.preventDefault();
-          setBusy(true);
-          setError(null);
-          try {
-            setAnswer(await windows(store.name, key, format, from, to));
-          } catch (err) {
-            setAnswer(undefined);
-            setError(asError(err));
-          } finally {
-            setBusy(false);
-          }
-        }}
-      >
-        <label class="field grow">
-          <span>Key</span>
-          <input class="mono" value={key} onInput={(e) => setKey((e.target as HTMLInputElement).value)} spellcheck={false} />
-        </label>
-        <label class="field">
-          <span>From</span>
-          <input class="mono" value={from} placeholder="start time" onInput={(e) => setFrom((e.target as HTMLInputElement).value)} />
-        </label>
-        <label class="field">
-          <span>To</span>
-          <input class="mono" value={to} placeholder="end time" onInput={(e) => setTo((e.target as HTMLInputElement).value)} />
-        </label>
-        <FormatSelect value={format} onChange={setFormat} />
-        <button class="btn btn-primary" type="submit" disabled={busy || !key}>
-          {busy ? 'Loading…' : 'Show windows'}
-        </button>
-      </form>
-      {error && <ProblemView error={error} context="Windows" />}
-      {answer !== undefined && (
-        <pre class="value">
-          <Json value={answer} />
-        </pre>
-      )}
-    </Card>
+    <div class="browse-grid">
+      <KeyWindowsCard store={store} format={format} formatSelect={select} />
+      <WindowRangeCard store={store} format={format} formatSelect={select} />
+    </div>
   );
 }

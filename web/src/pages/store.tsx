@@ -7,6 +7,7 @@ import { loadClusterView, topicLag } from '../data';
 import * as fmt from '../format';
 import { href, usePoll, useSampler } from '../hooks';
 import { localTopicLag } from '../metrics';
+import { describeWindow } from './windows';
 
 interface Point {
   t: number;
@@ -110,9 +111,10 @@ export function StoreDetail({ store }: { store: string }) {
         )}
       </Card>
 
-      {isWindowed(s.kind) && (
+      {isWindowed(s) && (
         <Notice>
-          A windowed store: look up the windows of a key on the <a href={href('browse', s.name)}>data page</a>.
+          A windowed store ({describeWindow(s.window)}): browse its windows on the <a href={href('browse', s.name)}>data page</a>.
+          {s.expired_windows !== undefined && <> {fmt.int(s.expired_windows)} expired windows deleted from this instance's disk since it started.</>}
         </Notice>
       )}
 
