@@ -14,26 +14,13 @@
 #include <tuple>
 
 #include "support.h"
+#include "window_common.h"
 
 using namespace kstate::testing;
 
 namespace {
 
-constexpr int64_t k_base = 1'796'205'600'000;  // 2026-12-02T10:00:00Z
-constexpr int64_t k_minute = 60'000;
 constexpr int k_partitions = 6;
-
-struct spec {
-  int64_t size, advance, grace, retention;
-};
-
-struct event {
-  std::string key;
-  int64_t ts;
-  int64_t n;
-  int32_t partition = -1;
-  int64_t offset = -1;
-};
 
 // One window as the API lists it.
 struct window_row {
@@ -46,32 +33,17 @@ std::ostream& operator<<(std::ostream& os, const window_row& w) {
   return os << w.key << "@" << w.start << "=" << w.value << " p" << w.partition;
 }
 
-// Windows still answered after every event, ordered as kstate documents it: group key
-// bytes, then start. Per partition in offset order: stream time is the largest event
-// time so far; a window takes a record unless start + size + grace <= stream time; a
-// window with start + size + retention <= the partition's final stream time is expired.
-std::vector<window_row> recount(const std::vector<event>& events, const spec& s, bool sum) {
-  std::vector<const event*> order;
-  for (const auto& e : events) order.push_back(&e);
-  std::sort(order.begin(), order.end(), [](const event* a, const event* b) {
-    return std::tie(a->partition, a->offset) < std::tie(b->partition, b->offset);
-  });
-  std::map<std::pair<std::string, int64_t>, std::pair<int64_t, int32_t>> values;  // -> (value, partition)
-  std::map<int32_t, int64_t> stream_time;
-  for (const event* e : order) {
-    auto& st = stream_time.try_emplace(e->partition, -1).first->second;
-    st = std::max(st, e->ts);
-    for (int64_t start = (e->ts / s.advance) * s.advance; start > e->ts - s.size && start >= 0; start -= s.advance) {
-      if (start + s.size + s.grace <= st) continue;
-      auto& v = values[{e->key, start}];
-      v.first += sum ? e->n : 1;
-      v.second = e->partition;
-    }
-  }
+// The recount's windows still answered at the end (not expired at their partition's
+// final stream time), ordered as kstate documents it: group key bytes, then start.
+std::vector<window_row> answered(const std::vector<event>& events, const spec& s, bool sum) {
+  const auto m = recount(events, s, sum);
+  std::map<std::string, int32_t> partition_of;
+  for (const auto& e : events) partition_of[e.key] = e.partition;
   std::vector<window_row> out;
-  for (const auto& [kw, v] : values) {
-    if (kw.second + s.size + s.retention <= stream_time.at(v.second)) continue;
-    out.push_back({kw.first, kw.second, kw.second + s.size, v.first, v.second});
+  for (const auto& [kw, v] : m.values) {
+    const int32_t p = partition_of.at(kw.first);
+    if (kw.second + s.size + s.retention <= m.stream_time.at(p)) continue;
+    out.push_back({kw.first, kw.second, kw.second + s.size, v, p});
   }
   return out;  // std::map orders std::string keys by bytes (char_traits compare as unsigned)
 }
@@ -145,8 +117,8 @@ TEST_CASE("windows of every key through either of two instances equal the recoun
   const spec per_minute{k_minute, k_minute, 30'000, 4 * k_minute};
   // Hopping 1 min every 20 s, retention 1 h: nothing expires, three windows per event.
   const spec hopping{k_minute, 20'000, 30'000, 60 * k_minute};
-  const auto count_model = recount(events, per_minute, false);
-  const auto sum_model = recount(events, hopping, true);
+  const auto count_model = answered(events, per_minute, false);
+  const auto sum_model = answered(events, hopping, true);
 
   const std::vector<kstate_process::view> views = {
       {"per_minute", topic, "json", "", "string",
