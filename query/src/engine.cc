@@ -108,7 +108,8 @@ query_result<window_answer> engine::windows(const window_query& q) const {
   if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
   a.pos[partition] = pos.value().value_or(0);
   if (lowest >= q.to) return R::success(std::move(a));
-  auto it = snap->scan(vid, partition, encode_windowed_key(q.key, lowest), encode_windowed_key(q.key, q.to), false);
+  auto it = snap->scan(vid, partition, encode_windowed_key(q.key, lowest), encode_windowed_key(q.key, q.to), false,
+                       storage::scan_use::page);
   for (; it->valid(); it->next()) {
     auto wk = decode_windowed_key(it->key());
     auto f = unframe_value(it->value());
@@ -215,7 +216,7 @@ class merged_range final : public range_stream {
  public:
   merged_range(std::shared_ptr<const storage::snapshot> snap, storage::view_id view,
                const std::vector<int32_t>& partitions, std::optional<std::string> lower,
-               std::optional<std::string> upper, bool descending)
+               std::optional<std::string> upper, bool descending, storage::scan_use use)
       : snap_(std::move(snap)), descending_(descending), heap_(order{this}) {
     bool empty = lower && upper && !(*lower < *upper);
     for (int32_t p : partitions) {
@@ -226,7 +227,7 @@ class merged_range final : public range_stream {
       }
       pos_[p] = pos->value_or(0);
       if (empty) continue;
-      its_.push_back(snap_->scan(view, p, lower, upper, descending));
+      its_.push_back(snap_->scan(view, p, lower, upper, descending, use));
       parts_.push_back(p);
       if (its_.back()->valid()) heap_.push(its_.size() - 1);
       else if (!its_.back()->error().ok()) error_ = its_.back()->error();
@@ -279,7 +280,7 @@ class merged_range final : public range_stream {
 
 }  // namespace
 
-query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query& q) const {
+query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query& q, storage::scan_use use) const {
   using R = query_result<std::unique_ptr<range_stream>>;
   const auto* view = find_store(q.store);
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
@@ -306,14 +307,14 @@ query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query
     else tighten_lower(lower, *q.after + std::string(1, '\0'));  // the next key after `after`
   }
   std::unique_ptr<range_stream> s =
-      std::make_unique<merged_range>(db_.read_snapshot(), *vid, parts, lower, upper, q.descending);
+      std::make_unique<merged_range>(db_.read_snapshot(), *vid, parts, lower, upper, q.descending, use);
   if (!s->error().ok()) return R::fail(failure_reason::store_exception, s->error().to_string());
   return R::success(std::move(s));
 }
 
 query_result<range_answer> engine::range(const range_query& q, size_t limit) const {
   using R = query_result<range_answer>;
-  auto opened = open_range(q);
+  auto opened = open_range(q, storage::scan_use::page);
   if (!opened.ok()) return R::fail(*opened.failure, opened.message);
   auto& s = **opened.answer;
   range_answer a;
@@ -340,7 +341,7 @@ query_result<window_range_answer> engine::window_range(const window_range_query&
   stored.descending = false;
   if (stored.from) stored.from = windowed_key_prefix(*stored.from);
   if (stored.to) stored.to = windowed_key_prefix(*stored.to);
-  auto opened = open_range(stored);
+  auto opened = open_range(stored, storage::scan_use::page);
   if (!opened.ok()) return R::fail(*opened.failure, opened.message);
   auto& s = **opened.answer;
 
@@ -418,7 +419,7 @@ query_result<count_answer> engine::count(std::string_view store, uint64_t exact_
     return R::success(std::move(a));
   }
   for (int32_t p : parts) {
-    auto it = snap->scan(*vid, p, std::nullopt, std::nullopt, false);
+    auto it = snap->scan(*vid, p, std::nullopt, std::nullopt, false, storage::scan_use::sweep);
     for (; it->valid(); it->next()) ++a.count;
     if (!it->error().ok()) return R::fail(failure_reason::store_exception, it->error().to_string());
   }

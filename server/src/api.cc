@@ -916,7 +916,8 @@ http_response api::range(const http_request& req, const captures& c) const {
       --open_scans_;
       return problem(failure_reason::scan_capacity, "too many scans in progress; retry shortly", req.path);
     }
-    auto opened = ctx_.queries->open_range(q);
+    // A stream may read the whole store: its blocks stay out of the lookups' cache.
+    auto opened = ctx_.queries->open_range(q, storage::scan_use::sweep);
     if (!opened.ok() && opened.failure == query::failure_reason::not_active && !req.header(hop_header) &&
         ctx_.membership && ctx_.peers) {
       http_response err;

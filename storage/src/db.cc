@@ -639,7 +639,7 @@ class rocks_partition_iterator final : public partition_iterator {
  public:
   rocks_partition_iterator(rocksdb::DB* rdb, rocksdb::ColumnFamilyHandle* cf, const rocksdb::Snapshot* snap,
                            int32_t partition, const std::optional<std::string>& lower,
-                           const std::optional<std::string>& upper, bool descending)
+                           const std::optional<std::string>& upper, bool descending, scan_use use)
       : descending_(descending) {
     // Bounds in encoded space: the partition prefix keeps iteration inside the partition.
     lower_ = encode_data_key(partition, lower.value_or(std::string()));
@@ -651,8 +651,9 @@ class rocks_partition_iterator final : public partition_iterator {
     ro.snapshot = snap;
     ro.iterate_lower_bound = &lower_slice_;
     ro.iterate_upper_bound = &upper_slice_;
-    // Range scans would evict the point-lookup working set from the shared cache.
-    ro.fill_cache = false;
+    // A sweep of a whole store would evict the lookups' working set from the shared
+    // cache; a page reads few blocks, which the next page or scan of the range reads again.
+    ro.fill_cache = use == scan_use::page;
     it_.reset(rdb->NewIterator(ro, cf));
     if (descending_) it_->SeekToLast();
     else it_->SeekToFirst();
@@ -728,9 +729,10 @@ class rocks_snapshot final : public snapshot {
   }
 
   std::unique_ptr<partition_iterator> scan(view_id view, int32_t partition, std::optional<std::string> lower,
-                                           std::optional<std::string> upper, bool descending) const override {
+                                           std::optional<std::string> upper, bool descending,
+                                           scan_use use) const override {
     return std::make_unique<rocks_partition_iterator>(a_.rdb, a_.views->at(view), snap_, partition, lower, upper,
-                                                      descending);
+                                                      descending, use);
   }
 
  private:

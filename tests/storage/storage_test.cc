@@ -186,8 +186,8 @@ TEST_CASE("windows expired at their partition's stored stream time leave the dis
     size_t users_kept = 0;
     auto snap = d.read_snapshot();
     for (int32_t p = 0; p < 3; ++p) {
-      for (auto it = snap->scan(clicks, p, {}, {}, false); it->valid(); it->next()) kept.emplace(p, std::string(it->key()));
-      for (auto it = snap->scan(users, p, {}, {}, false); it->valid(); it->next()) ++users_kept;
+      for (auto it = snap->scan(clicks, p, {}, {}, false, scan_use::sweep); it->valid(); it->next()) kept.emplace(p, std::string(it->key()));
+      for (auto it = snap->scan(users, p, {}, {}, false, scan_use::sweep); it->valid(); it->next()) ++users_kept;
     }
     CHECK(kept == live);
     CHECK(users_kept == 3 * 100 * 20);
@@ -218,7 +218,7 @@ TEST_CASE("windows expired at their partition's stored stream time leave the dis
   size_t count = 0;
   auto snap = d.read_snapshot();
   for (int32_t p = 0; p < 3; ++p)
-    for (auto it = snap->scan(clicks, p, {}, {}, false); it->valid(); it->next()) ++count;
+    for (auto it = snap->scan(clicks, p, {}, {}, false, scan_use::sweep); it->valid(); it->next()) ++count;
   CHECK(count == live.size() - 100 * 15);  // partition 2 lost its first 15 windows of each key
 }
 

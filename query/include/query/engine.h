@@ -193,8 +193,9 @@ class engine {
   query_result<batch_answer> get_many(std::string_view store, const std::vector<std::string>& keys) const;
 
   // A range across every partition of the store, merged into one byte order. Needs
-  // every partition of the topic current on this instance.
-  query_result<std::unique_ptr<range_stream>> open_range(const range_query& q) const;
+  // every partition of the topic current on this instance. `use`: page for a bounded
+  // read (its blocks are cached), sweep for a read of a whole store (they are not).
+  query_result<std::unique_ptr<range_stream>> open_range(const range_query& q, storage::scan_use use) const;
   // A page of at most `limit` entries of open_range(q).
   query_result<range_answer> range(const range_query& q, size_t limit) const;
 

@@ -162,6 +162,12 @@ class partition_iterator {
   virtual status error() const = 0;            // non-ok when iteration stopped on an error
 };
 
+// How a scan uses the shared block cache. A page (a bounded read, such as one page of a
+// range, likely read again) caches the blocks it reads. A sweep (a read of a whole store:
+// an exact count, a streamed scan) does not, so it leaves the lookups' working set in
+// the cache.
+enum class scan_use { page, sweep };
+
 // A consistent view of the database at one instant: every read through it (values,
 // positions, iterators) sees the same state, whatever ingest writes meanwhile.
 // Safe to share between threads; the snapshot is released with the last reference.
@@ -177,7 +183,8 @@ class snapshot {
   // or descending when `descending`.
   virtual std::unique_ptr<partition_iterator> scan(view_id view, int32_t partition,
                                                    std::optional<std::string> lower,
-                                                   std::optional<std::string> upper, bool descending) const = 0;
+                                                   std::optional<std::string> upper, bool descending,
+                                                   scan_use use) const = 0;
 };
 
 class db {
