@@ -39,13 +39,16 @@ struct window_model {
   int64_t late = 0;
 };
 
-inline window_model recount(const std::vector<event>& events, const spec& s, bool sum) {
+// Walks the events per partition in offset order and calls take(event, start) for
+// every window that accepts the event; fills the partitions' stream times and counts
+// the late events (taken by no window).
+template <class Take>
+void walk_windows(const std::vector<event>& events, const spec& s, window_model& m, Take take) {
   std::vector<const event*> order;
   for (const auto& e : events) order.push_back(&e);
   std::sort(order.begin(), order.end(), [](const event* a, const event* b) {
     return std::tie(a->partition, a->offset) < std::tie(b->partition, b->offset);
   });
-  window_model m;
   for (const event* e : order) {
     auto& st = m.stream_time.try_emplace(e->partition, -1).first->second;
     st = std::max(st, e->ts);
@@ -54,10 +57,15 @@ inline window_model recount(const std::vector<event>& events, const spec& s, boo
     for (int64_t start = (e->ts / s.advance) * s.advance; start > e->ts - s.size && start >= 0; start -= s.advance) {
       if (start + s.size + s.grace <= st) continue;
       taken = true;
-      m.values[{e->key, start}] += sum ? e->n : 1;
+      take(*e, start);
     }
     if (!taken) ++m.late;
   }
+}
+
+inline window_model recount(const std::vector<event>& events, const spec& s, bool sum) {
+  window_model m;
+  walk_windows(events, s, m, [&](const event& e, int64_t start) { m.values[{e.key, start}] += sum ? e.n : 1; });
   return m;
 }
 

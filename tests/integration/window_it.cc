@@ -6,6 +6,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <ctime>
 #include <map>
 #include <random>
 #include <thread>
@@ -118,5 +119,84 @@ TEST_CASE("windowed counts and sums equal a recount; late records are counted; e
     CHECK(a->status == 400);
     CHECK(a->headers["content-type"].find("application/problem+json") == 0);
   }
+  CHECK(ks.terminate() == 0);
+}
+
+// RFC 3339 in UTC with milliseconds, from the C library's calendar.
+static std::string format_iso(int64_t ms) {
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms % 1000));
+  return out;
+}
+
+TEST_CASE("windowed reduce and aggregate over event times from a JSON field equal a recount") {
+  const std::string topic = unique_name("readings");
+  create_topic(topic, 3);
+  // Event time in the value's field "t", alternately epoch ms and ISO-8601; the record
+  // timestamps are a day earlier, so windows taken from them would all be wrong.
+  auto events = make_events(3'000, 20, 20261204);
+  std::vector<produced> records;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    json t = i % 2 ? json(e.ts) : json(format_iso(e.ts));
+    records.push_back({e.key, json{{"n", e.n}, {"t", t}}.dump(), k_base - 86'400'000});
+  }
+  auto where = produce_bytes(topic, records);
+  for (size_t i = 0; i < events.size(); ++i) std::tie(events[i].partition, events[i].offset) = where[i];
+
+  const spec per_minute{k_minute, k_minute, k_minute, 300 * k_minute};
+  window_model m;
+  std::map<std::pair<std::string, int64_t>, json> max_of, stats_of;
+  walk_windows(events, per_minute, m, [&](const event& e, int64_t start) {
+    auto& mx = max_of[{e.key, start}];
+    if (mx.is_null() || mx.get<int64_t>() < e.n) mx = e.n;
+    auto& st = stats_of[{e.key, start}];
+    if (st.is_null()) st = json{{"count", 0}, {"sum", 0}, {"min", e.n}, {"max", e.n}};
+    st["count"] = st["count"].get<int64_t>() + 1;
+    st["sum"] = st["sum"].get<int64_t>() + e.n;
+    st["min"] = std::min(st["min"].get<int64_t>(), e.n);
+    st["max"] = std::max(st["max"].get<int64_t>(), e.n);
+  });
+  REQUIRE(m.late > 30);
+
+  const std::string window = "window: {type: tumbling, size: 1m, grace: 1m, retention: 5h, time_field: t}";
+  kstate_process ks(unique_name("winfold"),
+                    {{"max_per_minute", topic, "json", "", "string", "kind: reduce, reduce: max, value: n, " + window},
+                     {"stats_per_minute", topic, "json", "", "string",
+                      "kind: aggregate, fields: [count, sum, min, max], value: n, " + window}},
+                    temp_dir("kstate-winfold"));
+  ks.start();
+  ks.wait_ready();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while ((ks.position_sum("max_per_minute") < static_cast<int64_t>(events.size()) ||
+          ks.position_sum("stats_per_minute") < static_cast<int64_t>(events.size())) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE(ks.position_sum("stats_per_minute") == static_cast<int64_t>(events.size()));
+  CHECK(ks.metric_sum("kstate_ingest_late_records_total") == static_cast<double>(2 * m.late));
+
+  auto read_all = [&](const std::string& store) {
+    std::map<std::pair<std::string, int64_t>, json> out;
+    http_client http(ks.port());
+    std::string cursor;
+    for (;;) {
+      auto a = http.get("/v1/stores/" + store + "/windows?from=0&limit=1000" + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
+      REQUIRE(a);
+      REQUIRE(a->status == 200);
+      auto body = a->body_json();
+      for (const auto& w : body["data"]) out[{w["key"].get<std::string>(), w["start"].get<int64_t>()}] = w["value"];
+      if (body["metadata"]["next"].is_null()) break;
+      cursor = body["metadata"]["next"].get<std::string>();
+    }
+    return out;
+  };
+  CHECK(read_all("max_per_minute") == max_of);
+  CHECK(read_all("stats_per_minute") == stats_of);
+  MESSAGE(max_of.size() << " windows of reduce max and aggregate equal the recount; " << m.late << " late records");
   CHECK(ks.terminate() == 0);
 }
