@@ -3,11 +3,14 @@
 
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -81,6 +84,29 @@ std::optional<std::string> read_token() {
 }
 
 }  // namespace
+
+// Raises the soft RLIMIT_NOFILE to the hard limit, and lowers http.max_connections
+// (with a warning) when it would leave fewer than `reserved_fds` descriptors for
+// RocksDB's files, Kafka's sockets and connections to other instances.
+void fit_connections_to_fd_limit(kstate::server::app_config& cfg) {
+  constexpr rlim_t reserved_fds = 1024;
+  struct rlimit lim {};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    struct rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+    else spdlog::warn("cannot raise the open file limit from {} to {}: {}", lim.rlim_cur, lim.rlim_max, std::strerror(errno));
+  }
+  if (lim.rlim_cur == RLIM_INFINITY) return;
+  const rlim_t room = lim.rlim_cur > reserved_fds + 16 ? lim.rlim_cur - reserved_fds : 16;
+  if (cfg.http.max_connections > room) {
+    spdlog::warn("http.max_connections lowered from {} to {}: the open file limit is {} and {} are kept for RocksDB "
+                 "and Kafka (raise it, e.g. LimitNOFILE= in a systemd unit)",
+                 cfg.http.max_connections, room, lim.rlim_cur, reserved_fds);
+    cfg.http.max_connections = room;
+  }
+}
 
 int main(int argc, char** argv) {
   // glibc gives each thread that allocates its own arena (up to 8 per core); memory
@@ -193,6 +219,10 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // Every connection, RocksDB file and Kafka socket is a file descriptor: take the
+  // whole hard limit, then fit http.max_connections inside it.
+  fit_connections_to_fd_limit(cfg.value());
 
   auto created = kstate::server::app::create(std::move(cfg.value()));
   if (!created.ok()) {

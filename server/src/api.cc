@@ -21,7 +21,7 @@
 #include "ingest/standby.h"
 #include "server/auth.h"
 #include "server/json_render.h"
-#include "server/peer_client.h"
+#include "http/client.h"
 #include "server/problem.h"
 #include "server/ui.h"
 
@@ -74,14 +74,14 @@ std::string position_header(const position& p) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-http_response json_response(unsigned status, const json& body) {
-  http_response r;
+http::response json_response(unsigned status, const json& body) {
+  http::response r;
   r.status = status;
   r.body = dump(body);
   return r;
 }
 
-http_response from_failure(query::failure_reason r, const std::string& msg, const std::string& path) {
+http::response from_failure(query::failure_reason r, const std::string& msg, const std::string& path) {
   switch (r) {
     case query::failure_reason::unknown_query_store: return problem(failure_reason::unknown_store, msg, path);
     case query::failure_reason::not_active: return problem(failure_reason::not_owner, msg, path);
@@ -159,7 +159,7 @@ std::string query_escape(std::string_view s) {
 
 // The event-time interval [from, to) of a window query: epoch ms or RFC 3339, `from`
 // defaulting to the epoch and `to` to unbounded. nullopt after filling `err`.
-std::optional<std::pair<int64_t, int64_t>> interval_of(const http_request& req, http_response& err) {
+std::optional<std::pair<int64_t, int64_t>> interval_of(const http::request& req, http::response& err) {
   std::pair<int64_t, int64_t> out{0, std::numeric_limits<int64_t>::max()};
   for (auto [name, field] : {std::pair{"from", &out.first}, std::pair{"to", &out.second}}) {
     auto text = req.param(name);
@@ -180,7 +180,7 @@ std::optional<std::pair<int64_t, int64_t>> interval_of(const http_request& req, 
 
 // A windowed store's stored keys are (group key, window start) pairs: reading them as
 // plain keys would show encoded bytes, so the key routes send the caller to /windows.
-http_response windowed_store_problem(const std::string& store, const std::string& route, const std::string& path) {
+http::response windowed_store_problem(const std::string& store, const std::string& route, const std::string& path) {
   return problem(failure_reason::bad_request,
                  "store '" + store + "' is windowed; read its windows at /v1/stores/" + store + route, path);
 }
@@ -225,7 +225,7 @@ constexpr const char* hop_header = "X-Kstate-Hop";
 // A request sent to another instance on a caller's behalf carries the caller's
 // credentials unchanged, so the owner checks the same scopes again: forwarding never
 // lets a caller read more than asking the owner directly would.
-void carry_identity(const http_request& req, peer_request& pr) {
+void carry_identity(const http::request& req, http::client_request& pr) {
   if (auto a = req.header("authorization")) pr.headers.emplace_back("Authorization", *a);
 }
 
@@ -241,7 +241,7 @@ enum class access {
 };
 
 class api;
-using route_fn = http_response (api::*)(const http_request&, const captures&) const;
+using route_fn = http::response (api::*)(const http::request&, const captures&) const;
 
 struct route {
   std::string method;
@@ -260,47 +260,47 @@ struct route {
 class api {
  public:
   explicit api(api_context ctx);
-  void handle(const http_request& req, http_responder reply);
+  void handle(const http::request& req, http::responder reply);
   static const std::vector<route>& routes();
   // 401 or 403 when the caller may not use route `r`; sets `c.who` otherwise.
-  std::optional<http_response> authorize(const http_request& req, const route& r, captures& c) const;
+  std::optional<http::response> authorize(const http::request& req, const route& r, captures& c) const;
 
-  http_response livez(const http_request&, const captures&) const {
+  http::response livez(const http::request&, const captures&) const {
     return json_response(200, {{"status", "ok"}});
   }
-  http_response readyz(const http_request&, const captures&) const;
-  http_response metrics(const http_request& req, const captures&) const;
-  http_response openapi(const http_request&, const captures&) const {
-    http_response r;
+  http::response readyz(const http::request&, const captures&) const;
+  http::response metrics(const http::request& req, const captures&) const;
+  http::response openapi(const http::request&, const captures&) const {
+    http::response r;
     r.body = ctx_.openapi_json;
     return r;
   }
-  http_response list_stores(const http_request&, const captures&) const;
-  http_response describe_store(const http_request& req, const captures& c) const;
-  http_response get_key(const http_request& req, const captures& c) const;
-  http_response key_windows(const http_request& req, const captures& c) const;
-  http_response range(const http_request& req, const captures& c) const;
-  http_response windows_range(const http_request& req, const captures& c) const;
-  http_response batch_get(const http_request& req, const captures& c) const;
-  http_response count(const http_request& req, const captures& c) const;
-  http_response key_metadata(const http_request& req, const captures& c) const;
+  http::response list_stores(const http::request&, const captures&) const;
+  http::response describe_store(const http::request& req, const captures& c) const;
+  http::response get_key(const http::request& req, const captures& c) const;
+  http::response key_windows(const http::request& req, const captures& c) const;
+  http::response range(const http::request& req, const captures& c) const;
+  http::response windows_range(const http::request& req, const captures& c) const;
+  http::response batch_get(const http::request& req, const captures& c) const;
+  http::response count(const http::request& req, const captures& c) const;
+  http::response key_metadata(const http::request& req, const captures& c) const;
   // An answer from this instance's own copy of the key's partition, marked stale with
   // its lag; nullopt when there is no copy here.
   // A key whose partition is not held here: sets c.forward_to to its owner (and
   // returns an empty response), or answers 503 not_owner for a request that was
   // already forwarded; nullopt when no owner is known.
-  std::optional<http_response> to_owner(const http_request& req, const captures& c, const std::string& key) const;
-  std::optional<http_response> stale_answer(const http_request& req, const std::string& store,
+  std::optional<http::response> to_owner(const http::request& req, const captures& c, const std::string& key) const;
+  std::optional<http::response> stale_answer(const http::request& req, const std::string& store,
                                             const std::string& key) const;
-  http_response cluster(const http_request& req, const captures& c) const;
+  http::response cluster(const http::request& req, const captures& c) const;
   // This instance's part of /v1/cluster: readiness and the partitions it holds.
   json local_cluster_view() const;
   // /v1/cluster for the whole group: membership plus every instance's local view.
-  void cluster_async(const http_request& req, std::function<void(http_response)> finish) const;
-  void forward(const http_request& req, const std::string& owner, std::function<void(http_response)> finish) const;
-  void range_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const;
-  void count_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const;
-  void batch_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const;
+  void cluster_async(const http::request& req, std::function<void(http::response)> finish) const;
+  void forward(const http::request& req, const std::string& owner, std::function<void(http::response)> finish) const;
+  void range_scatter(const http::request& req, const captures& c, std::function<void(http::response)> finish) const;
+  void count_scatter(const http::request& req, const captures& c, std::function<void(http::response)> finish) const;
+  void batch_scatter(const http::request& req, const captures& c, std::function<void(http::response)> finish) const;
   // Partitions of the store's topic: those held here, and the others by owner. nullopt
   // (with `err` set) when some partition has no owner that can answer.
   struct partition_plan {
@@ -308,23 +308,23 @@ class api {
     std::map<std::string, std::vector<int32_t>> remote;
   };
   std::optional<partition_plan> plan_partitions(const view_def& view, const std::string& path,
-                                                http_response& err) const;
+                                                http::response& err) const;
   // One merged page of a range across the plan's owners, synchronously (bounded by the
   // forwarding deadline): for streaming scans, which pull page by page.
   struct gathered_page {
     std::vector<page_entry> entries;
     bool more = false;
   };
-  result<gathered_page> gather_page(const http_request& req, const view_def& view, const query::range_query& q,
+  result<gathered_page> gather_page(const http::request& req, const view_def& view, const query::range_query& q,
                                     const partition_plan& plan, uint32_t limit) const;
   // A request to another instance on behalf of `req`: never forwarded again (hop
   // header), same request id, the forwarding deadline.
-  peer_request part_request(const http_request& req) const;
+  http::client_request part_request(const http::request& req) const;
   // The target asking an owner for its partitions' part of the range in `req`.
-  static std::string range_part_target(const http_request& req, uint32_t limit, const std::vector<int32_t>& parts,
+  static std::string range_part_target(const http::request& req, uint32_t limit, const std::vector<int32_t>& parts,
                                        const std::optional<std::string>& after);
   // Sends a part request; its answer goes into `g`, and the last answer calls `complete`.
-  void send_part(const std::string& endpoint, peer_request pr, std::shared_ptr<struct peer_gather> g,
+  void send_part(const std::string& endpoint, http::client_request pr, std::shared_ptr<struct peer_gather> g,
                  std::function<void()> complete) const;
   // A page of a range from the partitions held here (q.partitions, else all): plain
   // entries, or with `windows` ([from, to) in ms) the windows of a windowed store.
@@ -339,23 +339,23 @@ class api {
                                              const std::optional<std::pair<int64_t, int64_t>>& windows,
                                              uint32_t limit, bool raw) const;
   // Parameters shared by the range routes; nullopt after filling `err`.
-  std::optional<uint32_t> limit_of(const http_request& req, http_response& err) const;
+  std::optional<uint32_t> limit_of(const http::request& req, http::response& err) const;
   // A scatter-gather part asked by another instance: its partitions and `after` go into
   // `q` and `part` is set. A client may not set them: 400.
-  std::optional<http_response> part_params(const http_request& req, query::range_query& q, bool& part) const;
+  std::optional<http::response> part_params(const http::request& req, query::range_query& q, bool& part) const;
   // A range page in the API's shape from entries already in order.
-  http_response range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries, bool more,
+  http::response range_page(const http::request& req, const std::string& fp, std::vector<page_entry> entries, bool more,
                            const position& pos) const;
 
  private:
   json store_json(const view_def& v) const;
   // The serialized key a request names: its store must exist and the key text must
   // decode in the request's key_format. nullopt after filling `err` (404 or 400).
-  std::optional<std::string> request_key(const http_request& req, const std::string& store, const std::string& text,
-                                         const view_def*& view, http_response& err) const;
+  std::optional<std::string> request_key(const http::request& req, const std::string& store, const std::string& text,
+                                         const view_def*& view, http::response& err) const;
   // The request's key_format (or the store's default); nullopt after filling `err`.
-  std::optional<query::key_format> key_format_of(const http_request& req, const view_def& v,
-                                                 http_response& err) const;
+  std::optional<query::key_format> key_format_of(const http::request& req, const view_def& v,
+                                                 http::response& err) const;
 
   api_context ctx_;
   mutable std::atomic<uint32_t> open_scans_{0};
@@ -419,7 +419,7 @@ bool match(const route& r, const std::vector<std::string>& segs, captures& c) {
   return true;
 }
 
-void api::handle(const http_request& req, http_responder reply) {
+void api::handle(const http::request& req, http::responder reply) {
   auto start = clock_type::now();
   // The dashboard's static files are not API routes (and not in the OpenAPI spec).
   if (!req.segments.empty() && req.segments[0] == "ui") {
@@ -442,7 +442,7 @@ void api::handle(const http_request& req, http_responder reply) {
   }
   std::string tmpl = found ? found->path_template() : "unmatched";
   // Observe every answer once, labelled by route template (never the raw path).
-  auto finish = [this, start, tmpl, method = req.method, reply](http_response r) {
+  auto finish = [this, start, tmpl, method = req.method, reply](http::response r) {
     if (m_duration_) {
       static const prometheus::Histogram::BucketBoundaries buckets{
           0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -468,7 +468,7 @@ void api::handle(const http_request& req, http_responder reply) {
     return cluster_async(req, finish);
 
   // Runs the route; a handler that found the key on another instance gets it forwarded.
-  auto run = [this, fn = found->fn, finish](const http_request& r, const captures& c) {
+  auto run = [this, fn = found->fn, finish](const http::request& r, const captures& c) {
     auto response = (this->*fn)(r, c);
     if (c.scatter_range) return range_scatter(r, c, finish);
     if (c.scatter_count) return count_scatter(r, c, finish);
@@ -520,7 +520,7 @@ void api::handle(const http_request& req, http_responder reply) {
                     });
 }
 
-std::optional<http_response> api::authorize(const http_request& req, const route& r, captures& c) const {
+std::optional<http::response> api::authorize(const http::request& req, const route& r, captures& c) const {
   if (r.need == access::open || (r.need == access::metrics && ctx_.open_metrics)) return std::nullopt;
   c.who = ctx_.auth->authenticate(req.header("authorization"));
   if (!c.who) {
@@ -556,7 +556,7 @@ std::optional<http_response> api::authorize(const http_request& req, const route
       .with_header("WWW-Authenticate", "Bearer realm=\"kstate\", error=\"insufficient_scope\"");
 }
 
-http_response api::readyz(const http_request&, const captures&) const {
+http::response api::readyz(const http::request&, const captures&) const {
   bool draining = ctx_.draining && ctx_.draining->load();
   bool ready = !draining && ctx_.ownership->all_ready();
   json parts = json::array();
@@ -581,10 +581,10 @@ http_response api::readyz(const http_request&, const captures&) const {
   return r;
 }
 
-http_response api::metrics(const http_request& req, const captures&) const {
+http::response api::metrics(const http::request& req, const captures&) const {
   if (!ctx_.metrics) return problem(failure_reason::route_not_found, "metrics are disabled", req.path);
   prometheus::TextSerializer ser;
-  http_response r;
+  http::response r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   auto families = ctx_.metrics->Collect();
   for (const auto& c : ctx_.collectables) {
@@ -628,14 +628,14 @@ json api::store_json(const view_def& v) const {
   return out;
 }
 
-http_response api::list_stores(const http_request&, const captures& c) const {
+http::response api::list_stores(const http::request&, const captures& c) const {
   json data = json::array();
   for (const auto& v : ctx_.queries->views())
     if (!c.who || c.who->scopes.store_allowed(v.name)) data.push_back(store_json(v));
   return json_response(200, {{"data", data}, {"served_by", ctx_.instance}});
 }
 
-http_response api::describe_store(const http_request& req, const captures& c) const {
+http::response api::describe_store(const http::request& req, const captures& c) const {
   auto res = ctx_.queries->describe(c.store);
   if (!res.ok()) return from_failure(*res.failure, res.message, req.path);
   const auto& info = *res.answer;
@@ -664,8 +664,8 @@ http_response api::describe_store(const http_request& req, const captures& c) co
   return json_response(200, body).with_header("X-Kstate-Position", position_header(pos));
 }
 
-std::optional<query::key_format> api::key_format_of(const http_request& req, const view_def& v,
-                                                    http_response& err) const {
+std::optional<query::key_format> api::key_format_of(const http::request& req, const view_def& v,
+                                                    http::response& err) const {
   auto name = req.param("key_format");
   if (!name) return default_key_format(v);
   query::key_format f;
@@ -677,9 +677,9 @@ std::optional<query::key_format> api::key_format_of(const http_request& req, con
   return f;
 }
 
-std::optional<std::string> api::request_key(const http_request& req, const std::string& store,
+std::optional<std::string> api::request_key(const http::request& req, const std::string& store,
                                             const std::string& text, const view_def*& view,
-                                            http_response& err) const {
+                                            http::response& err) const {
   view = ctx_.queries->find_store(store);
   if (!view) {
     err = problem(failure_reason::unknown_store, "no store named '" + store + "'", req.path);
@@ -695,7 +695,7 @@ std::optional<std::string> api::request_key(const http_request& req, const std::
   return std::move(*key);
 }
 
-std::optional<http_response> api::to_owner(const http_request& req, const captures& c,
+std::optional<http::response> api::to_owner(const http::request& req, const captures& c,
                                            const std::string& key) const {
   if (!ctx_.membership || !ctx_.peers) return std::nullopt;
   if (req.header(hop_header))
@@ -707,12 +707,12 @@ std::optional<http_response> api::to_owner(const http_request& req, const captur
   auto owner = loc ? ctx_.membership->current()->owner(loc->first, loc->second) : std::nullopt;
   if (!owner || *owner == ctx_.instance) return std::nullopt;
   c.forward_to = *owner;
-  return http_response{};
+  return http::response{};
 }
 
-http_response api::get_key(const http_request& req, const captures& c) const {
+http::response api::get_key(const http::request& req, const captures& c) const {
   const view_def* view = nullptr;
-  http_response err;
+  http::response err;
   auto key = request_key(req, c.store, c.key, view, err);
   if (!key) return err;
   if (view->window) return windowed_store_problem(c.store, "/windows/{key}", req.path);
@@ -739,7 +739,7 @@ http_response api::get_key(const http_request& req, const captures& c) const {
   // Written straight into the body: the bytes json_response() prints for the object
   // {store, key, value, partition, offset, position, served_by} (dump() orders members
   // by name), without a DOM and without re-parsing the stored value.
-  http_response r;
+  http::response r;
   std::string& b = r.body;
   b.reserve(112 + key->size() + a.value->size() + c.store.size() + ctx_.instance.size());
   b += "{\"key\":";
@@ -761,9 +761,9 @@ http_response api::get_key(const http_request& req, const captures& c) const {
   return r;
 }
 
-http_response api::key_windows(const http_request& req, const captures& c) const {
+http::response api::key_windows(const http::request& req, const captures& c) const {
   const view_def* view = nullptr;
-  http_response err;
+  http::response err;
   auto key = request_key(req, c.store, c.key, view, err);
   if (!key) return err;
   if (!view->window)
@@ -800,7 +800,7 @@ http_response api::key_windows(const http_request& req, const captures& c) const
 
 // NDJSON body of a streaming scan: pieces of at most 256 entries, each pulled only when
 // the previous one is on the wire. Holds one of the limited scan slots while alive.
-class scan_body final : public body_source {
+class scan_body final : public http::body_source {
  public:
   scan_body(std::unique_ptr<query::range_stream> s, const view_def& v, std::atomic<uint32_t>& slots)
       : stream_(std::move(s)), view_(v), slots_(slots) {}
@@ -831,9 +831,9 @@ class scan_body final : public body_source {
 // merged, pulled only when the previous page is on the wire. A pull waits for the owners
 // at most the forwarding deadline; an owner that fails ends the stream early (the client
 // sees it truncated, without the final chunk). Holds one of the scan slots while alive.
-class cluster_scan_body final : public body_source {
+class cluster_scan_body final : public http::body_source {
  public:
-  cluster_scan_body(const api* a, http_request req, const view_def& v, query::range_query q, api::partition_plan plan,
+  cluster_scan_body(const api* a, http::request req, const view_def& v, query::range_query q, api::partition_plan plan,
                     std::atomic<uint32_t>& slots)
       : api_(a), req_(std::move(req)), view_(v), q_(std::move(q)), plan_(std::move(plan)), slots_(slots) {}
   ~cluster_scan_body() override { --slots_; }
@@ -850,7 +850,7 @@ class cluster_scan_body final : public body_source {
 
  private:
   const api* api_;
-  http_request req_;
+  http::request req_;
   const view_def& view_;
   query::range_query q_;
   api::partition_plan plan_;
@@ -859,7 +859,7 @@ class cluster_scan_body final : public body_source {
 
 enum class media { json, ndjson, none };
 
-media negotiate(const http_request& req, bool ndjson_ok) {
+media negotiate(const http::request& req, bool ndjson_ok) {
   auto accept = req.header("accept");
   if (!accept || accept->empty()) return media::json;
   const auto& a = *accept;
@@ -870,7 +870,7 @@ media negotiate(const http_request& req, bool ndjson_ok) {
   return media::none;
 }
 
-http_response api::range(const http_request& req, const captures& c) const {
+http::response api::range(const http::request& req, const captures& c) const {
   const auto* view = ctx_.queries->find_store(c.store);
   if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
   if (view->window) return windowed_store_problem(c.store, "/windows", req.path);
@@ -878,7 +878,7 @@ http_response api::range(const http_request& req, const captures& c) const {
   if (m == media::none)
     return problem(failure_reason::not_acceptable, "this route answers application/json or application/x-ndjson",
                    req.path);
-  http_response err;
+  http::response err;
   auto fmt = key_format_of(req, *view, err);
   if (!fmt) return err;
 
@@ -920,13 +920,13 @@ http_response api::range(const http_request& req, const captures& c) const {
     auto opened = ctx_.queries->open_range(q, storage::scan_use::sweep);
     if (!opened.ok() && opened.failure == query::failure_reason::not_active && !req.header(hop_header) &&
         ctx_.membership && ctx_.peers) {
-      http_response err;
+      http::response err;
       auto plan = plan_partitions(*view, req.path, err);
       if (!plan) {
         --open_scans_;
         return err;
       }
-      http_response r;
+      http::response r;
       r.content_type = "application/x-ndjson";
       r.stream = std::make_shared<cluster_scan_body>(this, req, *view, q, std::move(*plan), open_scans_);
       return r;
@@ -935,7 +935,7 @@ http_response api::range(const http_request& req, const captures& c) const {
       --open_scans_;
       return from_failure(*opened.failure, opened.message, req.path);
     }
-    http_response r;
+    http::response r;
     r.content_type = "application/x-ndjson";
     r.with_header("X-Kstate-Position", position_header((*opened.answer)->pos()));
     r.stream = std::make_shared<scan_body>(std::move(*opened.answer), *view, open_scans_);
@@ -955,7 +955,7 @@ http_response api::range(const http_request& req, const captures& c) const {
   return range_page(req, fp, std::move(a.entries), a.more, a.pos);
 }
 
-http_response api::windows_range(const http_request& req, const captures& c) const {
+http::response api::windows_range(const http::request& req, const captures& c) const {
   const auto* view = ctx_.queries->find_store(c.store);
   if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
   if (!view->window)
@@ -964,7 +964,7 @@ http_response api::windows_range(const http_request& req, const captures& c) con
                    req.path);
   if (negotiate(req, false) == media::none)
     return problem(failure_reason::not_acceptable, "this route answers application/json", req.path);
-  http_response err;
+  http::response err;
   auto fmt = key_format_of(req, *view, err);
   if (!fmt) return err;
   query::range_query q;
@@ -1007,7 +1007,7 @@ http_response api::windows_range(const http_request& req, const captures& c) con
   return range_page(req, fp, std::move(a.entries), a.more, a.pos);
 }
 
-std::optional<uint32_t> api::limit_of(const http_request& req, http_response& err) const {
+std::optional<uint32_t> api::limit_of(const http::request& req, http::response& err) const {
   auto l = req.param("limit");
   if (!l) return ctx_.limits.default_limit;
   auto v = parse_int(*l);
@@ -1018,7 +1018,7 @@ std::optional<uint32_t> api::limit_of(const http_request& req, http_response& er
   return static_cast<uint32_t>(*v);
 }
 
-std::optional<http_response> api::part_params(const http_request& req, query::range_query& q, bool& part) const {
+std::optional<http::response> api::part_params(const http::request& req, query::range_query& q, bool& part) const {
   // One instance's part of a scatter-gather, asked by another instance: only these
   // partitions, strictly after `after` (base64url of the stored key).
   part = req.header(hop_header).has_value() && req.param("partitions").has_value();
@@ -1088,7 +1088,7 @@ query::query_result<api::local_page> api::read_local(const view_def& view, const
   return R::success(std::move(page));
 }
 
-http_response api::range_page(const http_request& req, const std::string& fp, std::vector<page_entry> entries,
+http::response api::range_page(const http::request& req, const std::string& fp, std::vector<page_entry> entries,
                               bool more, const position& pos) const {
   json data = json::array();
   for (auto& [raw, j] : entries) data.push_back(std::move(j));
@@ -1117,7 +1117,7 @@ http_response api::range_page(const http_request& req, const std::string& fp, st
 }
 
 std::optional<api::partition_plan> api::plan_partitions(const view_def& view, const std::string& path,
-                                                        http_response& err) const {
+                                                        http::response& err) const {
   auto snap = ctx_.membership->current();
   int32_t count = ctx_.ownership->partition_count(view.topic);
   partition_plan plan;
@@ -1144,10 +1144,10 @@ struct peer_gather {
   std::mutex mu;
   size_t pending = 0;
   std::vector<std::pair<std::string, json>> answers;  // endpoint -> body of a 200 answer
-  std::optional<http_response> failure;               // the first failure, answered instead
+  std::optional<http::response> failure;               // the first failure, answered instead
 
   // Records one answer; true for the last.
-  bool add(const std::string& endpoint, result<http_response>& r, const std::string& path) {
+  bool add(const std::string& endpoint, result<http::response>& r, const std::string& path) {
     std::lock_guard lock(mu);
     if (!r.ok()) {
       if (!failure)
@@ -1164,7 +1164,7 @@ struct peer_gather {
   }
 };
 
-result<api::gathered_page> api::gather_page(const http_request& req, const view_def& view,
+result<api::gathered_page> api::gather_page(const http::request& req, const view_def& view,
                                             const query::range_query& base, const partition_plan& plan,
                                             uint32_t limit) const {
   gathered_page page;
@@ -1180,7 +1180,7 @@ result<api::gathered_page> api::gather_page(const http_request& req, const view_
     std::mutex mu;
     std::condition_variable cv;
     size_t pending = 0;
-    std::vector<result<http_response>> answers;
+    std::vector<result<http::response>> answers;
   };
   auto w = std::make_shared<wait_state>();
   w->pending = plan.remote.size();
@@ -1188,7 +1188,7 @@ result<api::gathered_page> api::gather_page(const http_request& req, const view_
     auto pr = part_request(req);
     pr.target = range_part_target(req, limit, parts, base.after);
     pr.headers.emplace_back("Accept", "application/json");
-    ctx_.peers->send(endpoint, std::move(pr), [w](result<http_response> r) {
+    ctx_.peers->send(endpoint, std::move(pr), [w](result<http::response> r) {
       std::lock_guard lock(w->mu);
       w->answers.push_back(std::move(r));
       if (--w->pending == 0) w->cv.notify_all();
@@ -1237,15 +1237,15 @@ void sort_page(std::vector<page_entry>& entries, bool descending) {
   });
 }
 
-peer_request api::part_request(const http_request& req) const {
-  peer_request pr;
+http::client_request api::part_request(const http::request& req) const {
+  http::client_request pr;
   pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
   carry_identity(req, pr);
   pr.deadline = clock_type::now() + ctx_.forward_timeout;
   return pr;
 }
 
-std::string api::range_part_target(const http_request& req, uint32_t limit, const std::vector<int32_t>& parts,
+std::string api::range_part_target(const http::request& req, uint32_t limit, const std::vector<int32_t>& parts,
                                    const std::optional<std::string>& after) {
   std::string target = req.path + "?";
   for (const auto& [k, v] : req.query)
@@ -1257,19 +1257,19 @@ std::string api::range_part_target(const http_request& req, uint32_t limit, cons
   return target;
 }
 
-void api::send_part(const std::string& endpoint, peer_request pr, std::shared_ptr<peer_gather> g,
+void api::send_part(const std::string& endpoint, http::client_request pr, std::shared_ptr<peer_gather> g,
                     std::function<void()> complete) const {
   auto counter = m_forwarded_;
   ctx_.peers->send(endpoint, std::move(pr),
-                   [g, endpoint, path = pr.target, complete, counter](result<http_response> r) mutable {
+                   [g, endpoint, path = pr.target, complete, counter](result<http::response> r) mutable {
                      if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
                      if (g->add(endpoint, r, path)) complete();
                    });
 }
 
-void api::count_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
+void api::count_scatter(const http::request& req, const captures& c, std::function<void(http::response)> finish) const {
   const auto* view = ctx_.queries->find_store(c.store);
-  http_response err;
+  http::response err;
   auto plan = plan_partitions(*view, req.path, err);
   if (!plan) return finish(std::move(err));
   uint64_t local_count = 0;
@@ -1310,7 +1310,7 @@ void api::count_scatter(const http_request& req, const captures& c, std::functio
   }
 }
 
-void api::batch_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
+void api::batch_scatter(const http::request& req, const captures& c, std::function<void(http::response)> finish) const {
   const auto* view = ctx_.queries->find_store(c.store);
   const auto& b = *c.scatter_batch;
   auto snap = ctx_.membership->current();
@@ -1380,10 +1380,10 @@ void api::batch_scatter(const http_request& req, const captures& c, std::functio
   }
 }
 
-void api::range_scatter(const http_request& req, const captures& c, std::function<void(http_response)> finish) const {
+void api::range_scatter(const http::request& req, const captures& c, std::function<void(http::response)> finish) const {
   const auto& sc = *c.scatter_range;
   const auto* view = ctx_.queries->find_store(c.store);
-  http_response err;
+  http::response err;
   auto plan = plan_partitions(*view, req.path, err);
   if (!plan) return finish(std::move(err));
   // The partitions held here are read now; every other owner is asked once, in parallel.
@@ -1421,7 +1421,7 @@ void api::range_scatter(const http_request& req, const captures& c, std::functio
   }
 }
 
-http_response api::batch_get(const http_request& req, const captures& c) const {
+http::response api::batch_get(const http::request& req, const captures& c) const {
   const auto* view = ctx_.queries->find_store(c.store);
   if (!view) return problem(failure_reason::unknown_store, "no store named '" + c.store + "'", req.path);
   if (view->window) return windowed_store_problem(c.store, "/windows/{key}", req.path);
@@ -1440,7 +1440,7 @@ http_response api::batch_get(const http_request& req, const captures& c) const {
   if (keys.size() > ctx_.limits.max_batch_keys)
     return problem(failure_reason::payload_too_large,
                    "at most " + std::to_string(ctx_.limits.max_batch_keys) + " keys per batch", req.path);
-  http_response err;
+  http::response err;
   auto fmt = key_format_of(req, *view, err);
   if (!fmt) return err;
   if (body.contains("key_format")) {
@@ -1490,7 +1490,7 @@ http_response api::batch_get(const http_request& req, const captures& c) const {
       .with_header("X-Kstate-Position", position_header(res.answer->pos));
 }
 
-http_response api::count(const http_request& req, const captures& c) const {
+http::response api::count(const http::request& req, const captures& c) const {
   std::optional<std::vector<int32_t>> subset;
   if (auto list = req.param("partitions")) {
     if (!req.header(hop_header))
@@ -1522,7 +1522,7 @@ http_response api::count(const http_request& req, const captures& c) const {
       .with_header("X-Kstate-Position", position_header(res.answer->pos));
 }
 
-std::optional<http_response> api::stale_answer(const http_request& req, const std::string& store,
+std::optional<http::response> api::stale_answer(const http::request& req, const std::string& store,
                                                const std::string& key) const {
   const auto* view = ctx_.queries->find_store(store);
   auto res = ctx_.queries->get_stale({store, key});
@@ -1557,9 +1557,9 @@ std::optional<http_response> api::stale_answer(const http_request& req, const st
       .with_header("X-Kstate-Stale", "true");
 }
 
-http_response api::key_metadata(const http_request& req, const captures& c) const {
+http::response api::key_metadata(const http::request& req, const captures& c) const {
   const view_def* view = nullptr;
-  http_response err;
+  http::response err;
   auto key = request_key(req, c.store, c.key, view, err);
   if (!key) return err;
   auto loc = ctx_.queries->locate(c.store, *key);
@@ -1618,7 +1618,7 @@ json api::local_cluster_view() const {
           {"partitions", parts}};
 }
 
-http_response api::cluster(const http_request& req, const captures&) const {
+http::response api::cluster(const http::request& req, const captures&) const {
   // scope=local (or no membership): the same shape, holding only this instance.
   json local = local_cluster_view();
   json owned = json::array(), partitions = json::array();
@@ -1649,7 +1649,7 @@ http_response api::cluster(const http_request& req, const captures&) const {
                              {"served_by", ctx_.instance}});
 }
 
-void api::cluster_async(const http_request& req, std::function<void(http_response)> finish) const {
+void api::cluster_async(const http::request& req, std::function<void(http::response)> finish) const {
   auto snap = ctx_.membership->current();
   struct gather {
     std::mutex mu;
@@ -1708,12 +1708,12 @@ void api::cluster_async(const http_request& req, std::function<void(http_respons
   if (others.empty()) return complete();
   g->pending = others.size();
   for (const auto& endpoint : others) {
-    peer_request pr;
+    http::client_request pr;
     pr.target = "/v1/cluster?scope=local";
     pr.headers = {{hop_header, "1"}, {"X-Request-Id", req.request_id}};
     carry_identity(req, pr);
     pr.deadline = clock_type::now() + ctx_.forward_timeout;
-    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, complete](result<http_response> r) {
+    ctx_.peers->send(endpoint, std::move(pr), [g, endpoint, complete](result<http::response> r) {
       json v;
       if (r.ok() && r->status == 200) {
         auto full = json::parse(r->body, nullptr, false);
@@ -1734,8 +1734,8 @@ void api::cluster_async(const http_request& req, std::function<void(http_respons
   }
 }
 
-void api::forward(const http_request& req, const std::string& owner, std::function<void(http_response)> finish) const {
-  peer_request pr;
+void api::forward(const http::request& req, const std::string& owner, std::function<void(http::response)> finish) const {
+  http::client_request pr;
   pr.method = req.method;
   pr.target = req.target;
   pr.body = req.body;
@@ -1746,20 +1746,20 @@ void api::forward(const http_request& req, const std::string& owner, std::functi
   pr.deadline = clock_type::now() + ctx_.forward_timeout;
   auto counter = m_forwarded_;
   // With allow_stale, a lookup whose owner does not answer falls back to a local copy.
-  std::function<std::optional<http_response>()> stale;
+  std::function<std::optional<http::response>()> stale;
   if (req.param("allow_stale") == "true" && req.segments.size() == 5) {
-    stale = [this, req]() -> std::optional<http_response> {
+    stale = [this, req]() -> std::optional<http::response> {
       const view_def* view = nullptr;
-      http_response err;
+      http::response err;
       auto key = request_key(req, req.segments[2], req.segments[4], view, err);
       if (!key) return std::nullopt;
       return stale_answer(req, req.segments[2], *key);
     };
   }
-  ctx_.peers->send(owner, std::move(pr), [owner, path = req.path, finish, counter, stale](result<http_response> r) {
+  ctx_.peers->send(owner, std::move(pr), [owner, path = req.path, finish, counter, stale](result<http::response> r) {
     if (counter) counter->Add({{"result", r.ok() ? "ok" : "error"}}).Increment();
     if (r.ok() && r->status != 503) {
-      http_response out = std::move(r.value());
+      http::response out = std::move(r.value());
       out.with_header("X-Kstate-Forwarded-To", owner);
       return finish(std::move(out));
     }
@@ -1779,9 +1779,9 @@ std::vector<route_info> api_routes() {
   return out;
 }
 
-async_http_handler make_api_handler(api_context ctx) {
+http::async_handler make_api_handler(api_context ctx) {
   auto a = std::make_shared<api>(std::move(ctx));
-  return [a](const http_request& req, http_responder reply) { a->handle(req, std::move(reply)); };
+  return [a](const http::request& req, http::responder reply) { a->handle(req, std::move(reply)); };
 }
 
 }  // namespace kstate::server

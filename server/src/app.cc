@@ -20,10 +20,11 @@
 #include "ingest/standby.h"
 #include "server/auth.h"
 #include "server/cors.h"
-#include "server/peer_client.h"
+#include "http/client.h"
 #include "query/freshness.h"
 #include "server/api.h"
-#include "server/http_server.h"
+#include "http/server.h"
+#include "server/problem.h"
 #include "server/state_metrics.h"
 #include "openapi_json.h"
 #include "storage/db.h"
@@ -65,7 +66,7 @@ struct app::impl {
   ownership_registry ownership;
   membership_registry membership;
   std::unique_ptr<ingest::membership_watcher> watcher;
-  std::unique_ptr<peer_client> peers;
+  std::unique_ptr<http::client> peers;
   std::unique_ptr<ingest::standby_engine> standby;
   change_notifier notifier;
   std::atomic<bool> draining{false};
@@ -73,7 +74,7 @@ struct app::impl {
   std::unique_ptr<query::engine> queries;
   std::unique_ptr<query::freshness_waiter> waiter;
   std::unique_ptr<ingest::engine> ingest;
-  std::unique_ptr<http_server> http;
+  std::unique_ptr<kstate::http::server> http;
   bool stopped = false;
   std::mutex mu;
   std::condition_variable cv;
@@ -124,7 +125,7 @@ status app::start() {
   ctx.queries = i.queries.get();
   ctx.waiter = i.waiter.get();
   ctx.ownership = &i.ownership;
-  peer_client_config peer_cfg;
+  http::client_config peer_cfg;
   if (i.cfg.http.tls.enabled()) {
     // Instances verify each other like any client would, and present their own
     // certificate to peers that require client certificates.
@@ -132,7 +133,7 @@ status app::start() {
     peer_cfg.tls_cert_file = i.cfg.http.tls.cert_file;
     peer_cfg.tls_key_file = i.cfg.http.tls.key_file;
   }
-  i.peers = std::make_unique<peer_client>(peer_cfg);
+  i.peers = std::make_unique<http::client>(peer_cfg);
   if (i.cfg.http.tls.enabled() && !i.peers->tls_error().empty())
     return invalid_argument("http.tls: instances could not forward to each other: " + i.peers->tls_error());
   ctx.membership = &i.membership;
@@ -162,7 +163,9 @@ status app::start() {
   // The server is created after the context that reports its connections.
   auto* http_slot = &i.http;
   ctx.open_connections = [http_slot] { return *http_slot ? (*http_slot)->open_connections() : size_t{0}; };
-  i.http = std::make_unique<http_server>(i.cfg.http, with_cors(i.cfg.cors, make_api_handler(std::move(ctx))));
+  auto http_cfg = i.cfg.http;
+  http_cfg.render_error = render_server_error;  // the server's own errors in kstate's scheme
+  i.http = std::make_unique<http::server>(std::move(http_cfg), with_cors(i.cfg.cors, make_api_handler(std::move(ctx))));
   if (auto s = i.http->start(); !s.ok()) return s;
   if (i.cfg.http.port == 0)  // report the port actually bound
     i.cfg.advertised_endpoint = scheme_of(i.cfg) + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());

@@ -51,7 +51,7 @@ T get_number(const YAML::Node& n, const std::string& key, T min, T max) {
   return v;
 }
 
-void parse_listen(const std::string& s, http_config& http) {
+void parse_listen(const std::string& s, http::server_config& http) {
   auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0) fail("http.listen", "must be host:port (got '" + s + "')");
   http.listen_address = s.substr(0, colon);
@@ -305,7 +305,7 @@ app_config parse(const YAML::Node& root) {
   if (root["advertised_endpoint"]) c.advertised_endpoint = get_string(root["advertised_endpoint"], "advertised_endpoint");
 
   if (auto h = root["http"]) {
-    check_keys(h, "http", {"listen", "threads", "max_header_bytes", "max_body_bytes", "max_target_bytes",
+    check_keys(h, "http", {"listen", "threads", "max_connections", "max_header_bytes", "max_body_bytes", "max_target_bytes",
                            "read_timeout_ms", "shutdown_grace_ms", "ui_dir", "drain_delay_ms", "tls", "cors"});
     if (auto t = h["tls"]) parse_tls(t, c);
     if (auto o = h["cors"]) parse_cors(o, c.cors);
@@ -314,6 +314,8 @@ app_config parse(const YAML::Node& root) {
     if (h["ui_dir"]) c.ui_dir = get_string(h["ui_dir"], "http.ui_dir");
     if (h["listen"]) parse_listen(get_string(h["listen"], "http.listen"), c.http);
     if (h["threads"]) c.http.threads = get_number<int>(h["threads"], "http.threads", 1, 256);
+    if (h["max_connections"])
+      c.http.max_connections = get_number<std::size_t>(h["max_connections"], "http.max_connections", 1, 1'000'000);
     if (h["max_header_bytes"])
       c.http.max_header_bytes = get_number<uint32_t>(h["max_header_bytes"], "http.max_header_bytes", 1024, 1u << 24);
     if (h["max_body_bytes"])
@@ -592,6 +594,7 @@ std::string render_config(const app_config& c) {
   e << YAML::Key << "http" << YAML::Value << YAML::BeginMap
     << YAML::Key << "listen" << YAML::Value << (c.http.listen_address + ":" + std::to_string(c.http.port))
     << YAML::Key << "threads" << YAML::Value << c.http.threads
+    << YAML::Key << "max_connections" << YAML::Value << c.http.max_connections
     << YAML::Key << "max_header_bytes" << YAML::Value << c.http.max_header_bytes
     << YAML::Key << "max_body_bytes" << YAML::Value << c.http.max_body_bytes
     << YAML::Key << "max_target_bytes" << YAML::Value << c.http.max_target_bytes

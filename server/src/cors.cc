@@ -19,10 +19,10 @@ bool method_allowed(const std::string& m) { return m == "GET" || m == "HEAD" || 
 
 }  // namespace
 
-async_http_handler with_cors(cors_config cfg, async_http_handler inner) {
+http::async_handler with_cors(cors_config cfg, http::async_handler inner) {
   if (cfg.allowed_origins.empty()) return inner;
   auto c = std::make_shared<const cors_config>(std::move(cfg));
-  return [c, inner = std::move(inner)](const http_request& req, http_responder reply) {
+  return [c, inner = std::move(inner)](const http::request& req, http::responder reply) {
     const auto origin = req.header("origin");
     const bool allowed =
         origin && std::find(c->allowed_origins.begin(), c->allowed_origins.end(), *origin) != c->allowed_origins.end();
@@ -37,7 +37,7 @@ async_http_handler with_cors(cors_config cfg, async_http_handler inner) {
                              req.path)
                          .with_header("Allow", allowed_methods)
                          .with_header("Vary", "Origin"));
-      http_response r;
+      http::response r;
       r.status = 204;
       r.content_type.clear();
       r.with_header("Access-Control-Allow-Origin", *origin)
@@ -49,9 +49,9 @@ async_http_handler with_cors(cors_config cfg, async_http_handler inner) {
     }
     if (!allowed) {
       // Answers still vary by Origin for caches, though this one carries no CORS headers.
-      return inner(req, [reply](http_response r) { reply(std::move(r.with_header("Vary", "Origin"))); });
+      return inner(req, [reply](http::response r) { reply(std::move(r.with_header("Vary", "Origin"))); });
     }
-    inner(req, [reply, o = *origin](http_response r) {
+    inner(req, [reply, o = *origin](http::response r) {
       r.with_header("Access-Control-Allow-Origin", o)
           .with_header("Access-Control-Expose-Headers", exposed_headers)
           .with_header("Vary", "Origin");

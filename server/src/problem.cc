@@ -1,7 +1,5 @@
 #include "server/problem.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <string>
 
@@ -40,6 +38,7 @@ constexpr row table[] = {
     {failure_reason::shutting_down, "shutting_down", {503, 50303, "Server shutting down"}},
     {failure_reason::position_not_reached, "position_not_reached", {503, 50304, "Position not reached"}},
     {failure_reason::scan_capacity, "scan_capacity", {503, 50305, "Too many scans"}},
+    {failure_reason::too_many_connections, "too_many_connections", {503, 50306, "Too many connections"}},
     {failure_reason::unauthenticated, "unauthenticated", {401, 40101, "Unauthenticated"}},
     {failure_reason::forbidden, "forbidden", {403, 40301, "Forbidden"}},
 };
@@ -59,41 +58,23 @@ const row& lookup(failure_reason r) noexcept {
 
 failure_info describe(failure_reason r) noexcept { return lookup(r).info; }
 
-http_response problem(failure_reason r, std::string_view detail, std::string_view instance,
-                      int retry_after_s) {
+http::response problem(failure_reason r, std::string_view detail, std::string_view instance, int retry_after_s) {
   const row& x = lookup(r);
-  nlohmann::json body = {
-      {"type", "/problems/" + std::string(x.name)},
-      {"title", x.info.title},
-      {"status", x.info.status},
-      {"detail", detail},
-      {"error_code", x.info.error_code},
-  };
-  if (!instance.empty()) body["instance"] = instance;
-
-  http_response res;
-  res.status = x.info.status;
-  res.content_type = "application/problem+json";
-  // detail and instance can carry decoded request bytes (a binary key, a bad path) that
-  // are not UTF-8; dump() would throw on them, so invalid sequences become U+FFFD.
-  res.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (x.info.status == 503) {
-    res.with_header("Retry-After", std::to_string(std::max(retry_after_s, 0)));
-  }
-  return res;
+  return http::problem(x.info.status, "/problems/" + std::string(x.name), x.info.title, detail, instance,
+                       {{"error_code", x.info.error_code}}, retry_after_s);
 }
 
-failure_reason reason_for(const status& s) noexcept {
-  switch (s.code()) {
-    case status_code::unavailable:
-      return failure_reason::not_caught_up;
-    case status_code::invalid_argument:
-      return failure_reason::bad_request;
-    case status_code::not_found:
-      return failure_reason::unknown_store;
-    default:
-      return failure_reason::internal;
+http::response render_server_error(http::server_error e, std::string_view detail, std::string_view instance) {
+  switch (e) {
+    case http::server_error::bad_request: return problem(failure_reason::bad_request, detail, instance);
+    case http::server_error::bad_target: return problem(failure_reason::bad_path_encoding, detail, instance);
+    case http::server_error::payload_too_large: return problem(failure_reason::payload_too_large, detail, instance);
+    case http::server_error::uri_too_long: return problem(failure_reason::uri_too_long, detail, instance);
+    case http::server_error::headers_too_large: return problem(failure_reason::headers_too_large, detail, instance);
+    case http::server_error::internal: return problem(failure_reason::internal, detail, instance);
+    case http::server_error::overloaded: return problem(failure_reason::too_many_connections, detail, instance);
   }
+  return problem(failure_reason::internal, detail, instance);
 }
 
 }  // namespace kstate::server

@@ -89,9 +89,9 @@ std::optional<std::string> read_file(const fs::path& p) {
   return body;
 }
 
-http_response file_response(const http_request& req, std::string body, std::string_view type,
+http::response file_response(const http::request& req, std::string body, std::string_view type,
                             std::string_view cache_control) {
-  http_response r;
+  http::response r;
   r.content_type = std::string(type);
   // HEAD: the same headers, no body. (The server frames it with Content-Length: 0.)
   if (req.method != "HEAD") r.body = std::move(body);
@@ -100,7 +100,7 @@ http_response file_response(const http_request& req, std::string body, std::stri
   return r;
 }
 
-http_response index_response(const http_request& req, const fs::path& root) {
+http::response index_response(const http::request& req, const fs::path& root) {
   auto body = read_file(root / "index.html");
   if (!body)
     return problem(failure_reason::route_not_found,
@@ -118,7 +118,7 @@ http_response index_response(const http_request& req, const fs::path& root) {
 
 }  // namespace
 
-std::optional<http_response> serve_ui(const http_request& req, const std::string& dir) {
+std::optional<http::response> serve_ui(const http::request& req, const std::string& dir) {
   if (req.segments.empty() || req.segments[0] != "ui") return std::nullopt;
   if (req.method != "GET" && req.method != "HEAD")
     return problem(failure_reason::method_not_allowed, req.method + " is not allowed on " + req.path, req.path)

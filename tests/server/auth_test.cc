@@ -231,21 +231,21 @@ TEST_CASE("the state directory is created 0700 and refused when others can write
 
 namespace {
 // Runs `h` on a request and returns its (synchronous) answer.
-http_response call(const async_http_handler& h, const http_request& req) {
-  std::optional<http_response> out;
-  h(req, [&](http_response r) { out = std::move(r); });
+http::response call(const http::async_handler& h, const http::request& req) {
+  std::optional<http::response> out;
+  h(req, [&](http::response r) { out = std::move(r); });
   REQUIRE(out);
   return *out;
 }
 
-std::optional<std::string> header_of(const http_response& r, std::string_view name) {
+std::optional<std::string> header_of(const http::response& r, std::string_view name) {
   for (const auto& [n, v] : r.headers)
     if (n == name) return v;
   return std::nullopt;
 }
 
-http_request request(std::string method, std::vector<std::pair<std::string, std::string>> headers) {
-  http_request r;
+http::request request(std::string method, std::vector<std::pair<std::string, std::string>> headers) {
+  http::request r;
   r.method = std::move(method);
   r.path = "/v1/stores/s/keys/k";
   r.headers = std::move(headers);
@@ -255,9 +255,9 @@ http_request request(std::string method, std::vector<std::pair<std::string, std:
 
 TEST_CASE("CORS: preflights from listed origins are answered; others are refused; answers name the origin") {
   int inner_calls = 0;
-  async_http_handler inner = [&](const http_request&, http_responder reply) {
+  http::async_handler inner = [&](const http::request&, http::responder reply) {
     ++inner_calls;
-    http_response r;
+    http::response r;
     r.body = "{}";
     reply(std::move(r));
   };

@@ -9,9 +9,11 @@
 #include <string>
 
 #include "server/ui.h"
-#include "server/url.h"
+#include "http/url.h"
 
 using namespace kstate::server;
+namespace http = kstate::http;
+using kstate::http::parse_target;
 namespace fs = std::filesystem;
 
 namespace {
@@ -42,8 +44,8 @@ struct ui_fixture {
   }
   static void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
-  http_response get(const std::string& target, const std::string& method = "GET") const {
-    http_request req;
+  http::response get(const std::string& target, const std::string& method = "GET") const {
+    http::request req;
     req.method = method;
     req.target = target;
     auto st = parse_target(target, req);
@@ -54,13 +56,13 @@ struct ui_fixture {
   }
 };
 
-std::string header(const http_response& r, const std::string& name) {
+std::string header(const http::response& r, const std::string& name) {
   for (const auto& [n, v] : r.headers)
     if (n == name) return v;
   return {};
 }
 
-int error_code(const http_response& r) {
+int error_code(const http::response& r) {
   auto j = nlohmann::json::parse(r.body);
   return j.at("error_code").get<int>();
 }
@@ -69,7 +71,7 @@ int error_code(const http_response& r) {
 
 TEST_CASE("serve_ui: requests outside /ui are not its business") {
   ui_fixture f;
-  http_request req;
+  http::request req;
   req.method = "GET";
   REQUIRE(parse_target("/v1/stores", req).ok());
   CHECK_FALSE(serve_ui(req, f.dir.string()).has_value());

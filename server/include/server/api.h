@@ -14,13 +14,13 @@
 #include "core/ownership.h"
 #include "query/engine.h"
 #include "query/freshness.h"
-#include "server/http.h"
+#include "http/message.h"
 
 namespace prometheus { class Registry; class Collectable; }
+namespace kstate::http { class client; }
 
 namespace kstate::server {
 
-class peer_client;
 class token_authenticator;
 
 struct api_config {
@@ -47,7 +47,7 @@ struct api_context {
   // Who owns which partition, from the consumer group (may be null: single instance).
   const membership_registry* membership = nullptr;
   // Forwards requests to owners (may be null: no forwarding).
-  peer_client* peers = nullptr;
+  http::client* peers = nullptr;
   // How long a forwarded request may take.
   std::chrono::milliseconds forward_timeout{5'000};
   std::string group;  // consumer group id (application_id)
@@ -81,6 +81,6 @@ struct route_info {
 std::vector<route_info> api_routes();
 
 // The handler serving /livez, /readyz, /metrics, /openapi.json and /v1/... .
-async_http_handler make_api_handler(api_context ctx);
+http::async_handler make_api_handler(api_context ctx);
 
 }  // namespace kstate::server

@@ -11,7 +11,7 @@
 #include "ingest/engine.h"
 #include "server/api.h"
 #include "server/cors.h"
-#include "server/http_server.h"
+#include "http/server.h"
 #include "storage/db.h"
 
 namespace kstate::server {
@@ -48,7 +48,7 @@ struct app_config {
   // Directory of the built dashboard (web/dist), served at /ui/. Empty: no dashboard.
   std::string ui_dir;
 
-  http_config http;
+  kstate::http::server_config http;
   // CA bundle (PEM) that other instances' certificates are checked against when
   // forwarding over TLS (http.tls.peer_ca_file). Empty: http.tls.client_ca_file if set,
   // else the system's trusted CAs.

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/http.h"
+#include "http/message.h"
 
 namespace kstate::server {
 
@@ -22,6 +22,6 @@ struct cors_config {
 };
 
 // `inner` with CORS; `inner` itself when no origin is allowed.
-async_http_handler with_cors(cors_config cfg, async_http_handler inner);
+http::async_handler with_cors(cors_config cfg, http::async_handler inner);
 
 }  // namespace kstate::server

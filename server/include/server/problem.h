@@ -1,13 +1,14 @@
 #pragma once
-// One table that maps failure reasons to HTTP statuses and application/problem+json
-// bodies (RFC 9457) with an `error_code` extension: status * 100 + subcode, the scheme
-// REST Proxy and ksqlDB users already know.
+// kstate's one table that maps failure reasons to HTTP statuses and
+// application/problem+json bodies (RFC 9457, rendered by http::problem) with an
+// `error_code` extension: status * 100 + subcode, the scheme REST Proxy and ksqlDB
+// users already know.
 
 #include <string>
 #include <string_view>
 
-#include "core/status.h"
-#include "server/http.h"
+#include "http/message.h"
+#include "http/problem.h"
 
 namespace kstate::server {
 
@@ -35,6 +36,7 @@ enum class failure_reason {
   shutting_down,        // 503, 50303
   position_not_reached, // 503, 50304  (min_position not applied within timeout_ms)
   scan_capacity,        // 503, 50305  (too many streaming scans at once)
+  too_many_connections, // 503, 50306  (http.max_connections connections are open)
   unauthenticated,      // 401, 40101  (no bearer token, or one the token file does not know)
   forbidden,            // 403, 40301  (a valid token without the scope the route needs)
 };
@@ -50,11 +52,11 @@ failure_info describe(failure_reason r) noexcept;
 
 // A problem+json response for a reason. `detail` says what happened in this request;
 // `instance` is the request path. Statuses 503 carry Retry-After (seconds).
-http_response problem(failure_reason r, std::string_view detail, std::string_view instance = {},
-                      int retry_after_s = 1);
+http::response problem(failure_reason r, std::string_view detail, std::string_view instance = {},
+                       int retry_after_s = 1);
 
-// Maps a module status to a reason (unavailable -> not_caught_up, invalid_argument ->
-// bad_request, not_found -> unknown_store, anything else -> internal).
-failure_reason reason_for(const status& s) noexcept;
+// The HTTP server's own errors (a malformed message, a limit, the connection limit) in
+// the same scheme: installed as http::server_config::render_error.
+http::response render_server_error(http::server_error e, std::string_view detail, std::string_view instance);
 
 }  // namespace kstate::server

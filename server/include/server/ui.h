@@ -4,13 +4,13 @@
 #include <optional>
 #include <string>
 
-#include "server/http.h"
+#include "http/message.h"
 
 namespace kstate::server {
 
 // Answers GET/HEAD requests under /ui/ from the files in `dir` (the built dashboard).
 // Hashed assets get long cache lifetimes; index.html is never cached. Paths that try to
 // leave `dir` are refused. nullopt when the request is not for /ui.
-std::optional<http_response> serve_ui(const http_request& req, const std::string& dir);
+std::optional<http::response> serve_ui(const http::request& req, const std::string& dir);
 
 }  // namespace kstate::server

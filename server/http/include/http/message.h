@@ -1,6 +1,6 @@
 #pragma once
 // Plain request/response types for handlers. Handlers are functions from request to
-// response and never touch sockets; Boost.Beast stays inside http_server.cc.
+// response and never touch sockets; Boost.Beast stays inside server.cc.
 
 #include <chrono>
 #include <cstdint>
@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-namespace kstate::server {
+namespace kstate::http {
 
-struct http_request {
+struct request {
   std::string method;                         // "GET", "POST", ...
   std::string target;                         // raw request target, e.g. "/v1/stores/a%2Fb/keys/x?key_format=string"
   std::string path;                           // raw (still percent-encoded) path part of target
@@ -44,7 +44,7 @@ class body_source {
   virtual bool next(std::string& out) = 0;
 };
 
-struct http_response {
+struct response {
   unsigned status = 200;
   std::string content_type = "application/json";
   std::string body;
@@ -52,18 +52,18 @@ struct http_response {
   // When set, `body` is ignored and the body is streamed from here (chunked).
   std::shared_ptr<body_source> stream;
 
-  http_response& with_header(std::string name, std::string value) {
+  response& with_header(std::string name, std::string value) {
     headers.emplace_back(std::move(name), std::move(value));
     return *this;
   }
 };
 
-using http_handler = std::function<http_response(const http_request&)>;
+using handler = std::function<response(const request&)>;
 
 // Completes a request. Call exactly once, from any thread; later calls are ignored.
-using http_responder = std::function<void(http_response)>;
+using responder = std::function<void(response)>;
 // A handler that may answer later (e.g. after waiting for ingest to reach a position)
 // without holding an I/O thread. It must not block; it calls `reply` when it can.
-using async_http_handler = std::function<void(const http_request&, http_responder reply)>;
+using async_handler = std::function<void(const request&, responder reply)>;
 
-}  // namespace kstate::server
+}  // namespace kstate::http

@@ -1,12 +1,12 @@
-#include "server/http.h"
+#include "http/message.h"
 
-#include "http_syntax.h"
+#include "syntax.h"
 
 
-namespace kstate::server {
-using http_syntax::iequals;
+namespace kstate::http {
+using syntax::iequals;
 
-std::optional<std::string> http_request::header(std::string_view name) const {
+std::optional<std::string> request::header(std::string_view name) const {
   // Names are stored lower-cased by the server, but a request built by hand (tests,
   // an embedding application) may not be, so both sides are folded.
   for (const auto& [n, v] : headers) {
@@ -15,7 +15,7 @@ std::optional<std::string> http_request::header(std::string_view name) const {
   return std::nullopt;
 }
 
-std::optional<std::string> http_request::param(std::string_view name) const {
+std::optional<std::string> request::param(std::string_view name) const {
   // multimap keeps equal keys in insertion order, so lower_bound is the first one the
   // client sent (find() may return any of them).
   const std::string key(name);
@@ -24,4 +24,4 @@ std::optional<std::string> http_request::param(std::string_view name) const {
   return it->second;
 }
 
-}  // namespace kstate::server
+}  // namespace kstate::http

@@ -1,12 +1,12 @@
 #pragma once
-// HTTP/1.1 syntax checks shared by the server (http_server.cc), the forwarding client
-// (peer_client.cc) and the request helpers (http.cc). Internal to the http library.
+// HTTP/1.1 syntax checks shared by the server (server.cc), the forwarding client
+// (client.cc) and the request helpers (http.cc). Internal to the http library.
 
 #include <algorithm>
 #include <cctype>
 #include <string_view>
 
-namespace kstate::server::http_syntax {
+namespace kstate::http::syntax {
 
 // ASCII case-insensitive equality (header names).
 inline bool iequals(std::string_view a, std::string_view b) {
@@ -29,4 +29,4 @@ inline bool valid_header_value(std::string_view v) {
   return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
 }
 
-}  // namespace kstate::server::http_syntax
+}  // namespace kstate::http::syntax

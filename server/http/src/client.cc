@@ -1,5 +1,5 @@
-// peer_client: Beast's HTTP client over pooled keep-alive connections. Like
-// http_server.cc, the only translation unit of its feature that includes Beast.
+// client: Beast's HTTP client over pooled keep-alive connections. Like
+// server.cc, the only translation unit of its feature that includes Beast.
 //
 // Structure. A `connection` is one TCP stream on its own strand plus its read buffer;
 // it is either idle in the pool (no operation pending, owned by the pool) or used by
@@ -26,9 +26,9 @@
 // (atomic), `finished_` (atomic) and `conn_` (written under the exchange's mutex so
 // cancel() can read it from the destroying thread).
 
-#include "server/peer_client.h"
+#include "http/client.h"
 
-#include "http_syntax.h"
+#include "syntax.h"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -51,21 +51,21 @@
 #include <thread>
 #include <unordered_map>
 
-namespace kstate::server {
+namespace kstate::http {
 namespace {
 
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using clock_type = std::chrono::steady_clock;
-using done_fn = std::function<void(result<http_response>)>;
+using done_fn = std::function<void(result<response>)>;
 
 // Response header blocks are small (kstate sends a handful of fields); 64 KiB leaves room
 // for any sane peer while bounding a broken one.
 constexpr std::uint32_t max_response_header_bytes = 64 * 1024;
 
-// The "http" logger, shared with http_server.cc (same module): an embedding
+// The "http" logger, shared with server.cc (same module): an embedding
 // application's if it registered one, else a clone of the default logger.
 const std::shared_ptr<spdlog::logger>& log() {
   static const std::shared_ptr<spdlog::logger> l = [] {
@@ -82,9 +82,9 @@ const std::shared_ptr<spdlog::logger>& log() {
   return l;
 }
 
-using http_syntax::iequals;
-using http_syntax::is_token;
-using http_syntax::valid_header_value;
+using syntax::iequals;
+using syntax::is_token;
+using syntax::valid_header_value;
 
 bool valid_target(std::string_view t) {
   if (t.empty() || t.front() != '/') return false;
@@ -102,17 +102,17 @@ bool client_owned_header(std::string_view n) {
 
 // Response headers that describe this hop or the framing, not the answer (RFC 9110
 // 7.6.1), plus the two the caller gets elsewhere (content_type, body size).
-bool dropped_response_field(http::field f) {
+bool dropped_response_field(bhttp::field f) {
   switch (f) {
-    case http::field::connection:
-    case http::field::keep_alive:
-    case http::field::proxy_connection:
-    case http::field::te:
-    case http::field::trailer:
-    case http::field::transfer_encoding:
-    case http::field::upgrade:
-    case http::field::content_length:
-    case http::field::content_type:
+    case bhttp::field::connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::proxy_connection:
+    case bhttp::field::te:
+    case bhttp::field::trailer:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::upgrade:
+    case bhttp::field::content_length:
+    case bhttp::field::content_type:
       return true;
     default:
       return false;
@@ -197,7 +197,7 @@ result<peer_address> parse_endpoint(std::string_view ep) {
   return a;
 }
 
-status validate(const peer_request& r) {
+status validate(const client_request& r) {
   if (!is_token(r.method)) return invalid_argument("peer request: invalid method '" + r.method.substr(0, 64) + "'");
   if (!valid_target(r.target)) return invalid_argument("peer request: target must be origin-form ('/...'), no spaces");
   for (const auto& [n, v] : r.headers) {
@@ -229,12 +229,12 @@ struct connection {
 
 class exchange;
 
-// Everything exchanges share with the peer_client. Lives in peer_client::impl, which
+// Everything exchanges share with the client. Lives in client::impl, which
 // outlives every exchange's handlers (the destructor joins the I/O threads first).
 struct client_state {
-  client_state(peer_client_config c, net::io_context& io) : cfg(std::move(c)), ioc(io) {}
+  client_state(client_config c, net::io_context& io) : cfg(std::move(c)), ioc(io) {}
 
-  const peer_client_config cfg;
+  const client_config cfg;
   net::io_context& ioc;
   // For https:// endpoints; null when it could not be set up (tls_error says why).
   std::unique_ptr<net::ssl::context> tls;
@@ -286,10 +286,10 @@ struct client_state {
   }
 };
 
-result<http_response> to_response(http::response<http::string_body>&& msg) {
-  http_response r;
+result<response> to_response(bhttp::response<bhttp::string_body>&& msg) {
+  response r;
   r.status = msg.result_int();
-  r.content_type = std::string(msg[http::field::content_type]);
+  r.content_type = std::string(msg[bhttp::field::content_type]);
   for (const auto& f : msg) {
     if (dropped_response_field(f.name())) continue;
     r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
@@ -302,13 +302,13 @@ result<http_response> to_response(http::response<http::string_body>&& msg) {
 // send()); see the file comment for which thread touches what.
 class exchange : public std::enable_shared_from_this<exchange> {
  public:
-  exchange(client_state& st, peer_address addr, peer_request req, clock_type::time_point deadline, done_fn done)
+  exchange(client_state& st, peer_address addr, client_request req, clock_type::time_point deadline, done_fn done)
       : st_(st), addr_(std::move(addr)), deadline_(deadline), done_(std::move(done)) {
     head_ = iequals(req.method, "HEAD");
     req_.version(11);
     req_.method_string(req.method);
     req_.target(req.target);
-    req_.set(http::field::host, addr_.key);
+    req_.set(bhttp::field::host, addr_.key);
     for (auto& [n, v] : req.headers) {
       if (!client_owned_header(n)) req_.insert(n, v);
     }
@@ -479,9 +479,9 @@ class exchange : public std::enable_shared_from_this<exchange> {
     conn_->stream().expires_at(deadline_);
     auto on_done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_write(ec); };
     if (conn_->tls) {
-      http::async_write(*conn_->tls, req_, std::move(on_done));
+      bhttp::async_write(*conn_->tls, req_, std::move(on_done));
     } else {
-      http::async_write(*conn_->plain, req_, std::move(on_done));
+      bhttp::async_write(*conn_->plain, req_, std::move(on_done));
     }
   }
 
@@ -504,9 +504,9 @@ class exchange : public std::enable_shared_from_this<exchange> {
     if (head_) parser_->skip(true);  // a response to HEAD announces a length but has no body
     auto on_done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); };
     if (conn_->tls) {
-      http::async_read(*conn_->tls, conn_->buffer, *parser_, std::move(on_done));
+      bhttp::async_read(*conn_->tls, conn_->buffer, *parser_, std::move(on_done));
     } else {
-      http::async_read(*conn_->plain, conn_->buffer, *parser_, std::move(on_done));
+      bhttp::async_read(*conn_->plain, conn_->buffer, *parser_, std::move(on_done));
     }
   }
 
@@ -530,7 +530,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
   // resending is safe); a fresh connection failing the same way is a real failure.
   bool stale(beast::error_code ec) const {
     if (!reused_ || retried_ || cancelled_) return false;
-    return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+    return ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
            ec == net::error::broken_pipe || ec == net::error::connection_aborted ||
            ec == net::ssl::error::stream_truncated;
   }
@@ -561,18 +561,18 @@ class exchange : public std::enable_shared_from_this<exchange> {
   status error_status(beast::error_code ec, std::string_view phase) const {
     const std::string where = "peer " + addr_.key + ": " + std::string(phase) + ": ";
     if (ec == beast::error::timeout) return deadline_error(std::string("during ") + std::string(phase));
-    if (ec == http::error::body_limit) {
+    if (ec == bhttp::error::body_limit) {
       return {status_code::resource_exhausted,
               where + "response body over " + std::to_string(st_.cfg.max_response_bytes) + " bytes"};
     }
-    if (ec == http::error::header_limit) {
+    if (ec == bhttp::error::header_limit) {
       return {status_code::resource_exhausted,
               where + "response header over " + std::to_string(max_response_header_bytes) + " bytes"};
     }
     // The peer closed early: unreachable, like a reset.
-    if (ec == http::error::end_of_stream || ec == http::error::partial_message) return unavailable(where + ec.message());
+    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) return unavailable(where + ec.message());
     // Any other parser error: the peer does not speak HTTP/1.1 as expected.
-    if (ec.category() == http::make_error_code(http::error::bad_version).category()) {
+    if (ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
       return io_error(where + "malformed response: " + ec.message());
     }
     return unavailable(where + ec.message());
@@ -580,7 +580,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
 
   // The one exit. Runs on the current connection's strand (or, via reject(), before the
   // exchange ever had one). `reuse`: the connection completed a keep-alive exchange.
-  void finish(result<http_response> r, bool reuse) {
+  void finish(result<response> r, bool reuse) {
     if (finished_.exchange(true)) return;
     if (resolve_timer_) resolve_timer_->cancel();
     if (resolver_) resolver_->cancel();
@@ -613,9 +613,9 @@ class exchange : public std::enable_shared_from_this<exchange> {
   const peer_address addr_;
   const clock_type::time_point deadline_;
   done_fn done_;
-  http::request<http::string_body> req_;  // kept whole: a retry writes it again
+  bhttp::request<bhttp::string_body> req_;  // kept whole: a retry writes it again
   bool head_ = false;
-  std::optional<http::response_parser<http::string_body>> parser_;
+  std::optional<bhttp::response_parser<bhttp::string_body>> parser_;
   std::optional<tcp::resolver> resolver_;
   std::optional<net::steady_timer> resolve_timer_;
   clock_type::time_point connect_started_{};
@@ -630,8 +630,8 @@ class exchange : public std::enable_shared_from_this<exchange> {
 
 }  // namespace
 
-struct peer_client::impl {
-  explicit impl(peer_client_config cfg)
+struct client::impl {
+  explicit impl(client_config cfg)
       : ioc(std::max(1, cfg.threads)), st(std::move(cfg), ioc), work(ioc.get_executor()) {}
 
   // Declared first: destroyed last, after everything holding sockets or timers.
@@ -644,7 +644,7 @@ struct peer_client::impl {
 // TLS 1.2+ client context: the peers' certificates are verified against cfg.tls_ca_file
 // (or the system's CAs); cfg.tls_cert_file/key_file are presented to peers that ask for
 // a client certificate.
-std::unique_ptr<net::ssl::context> make_client_tls(const peer_client_config& cfg, std::string& error) {
+std::unique_ptr<net::ssl::context> make_client_tls(const client_config& cfg, std::string& error) {
   auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
   beast::error_code ec;
   ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
@@ -677,7 +677,7 @@ std::unique_ptr<net::ssl::context> make_client_tls(const peer_client_config& cfg
   return ctx;
 }
 
-peer_client::peer_client(peer_client_config cfg) : impl_(std::make_unique<impl>(std::move(cfg))) {
+client::client(client_config cfg) : impl_(std::make_unique<impl>(std::move(cfg))) {
   impl_->st.tls = make_client_tls(impl_->st.cfg, impl_->st.tls_error);
   if (!impl_->st.tls) log()->error("peer client: https:// peers cannot be reached: {}", impl_->st.tls_error);
   const int n = std::max(1, impl_->st.cfg.threads);
@@ -687,7 +687,7 @@ peer_client::peer_client(peer_client_config cfg) : impl_(std::make_unique<impl>(
   }
 }
 
-peer_client::~peer_client() {
+client::~client() {
   auto& st = impl_->st;
   std::vector<std::shared_ptr<exchange>> live;
   std::unordered_map<std::string, std::vector<std::shared_ptr<connection>>> idle;
@@ -708,7 +708,7 @@ peer_client::~peer_client() {
   for (auto& t : impl_->threads) {
     if (t.get_id() == std::this_thread::get_id()) {
       // Destroyed from its own callback (documented as unsupported): joining ourselves
-      // would throw; detaching is the lesser evil, as in http_server::stop().
+      // would throw; detaching is the lesser evil, as in server::stop().
       t.detach();
     } else if (t.joinable()) {
       t.join();
@@ -716,7 +716,7 @@ peer_client::~peer_client() {
   }
 }
 
-void peer_client::send(const std::string& endpoint, peer_request req, std::function<void(result<http_response>)> done) {
+void client::send(const std::string& endpoint, client_request req, std::function<void(result<response>)> done) {
   if (!done) return;  // nobody to tell: nothing worth sending
   auto& st = impl_->st;
   auto fail_later = [&](status s) {
@@ -747,7 +747,7 @@ void peer_client::send(const std::string& endpoint, peer_request req, std::funct
   ex->start();
 }
 
-size_t peer_client::idle_connections(const std::string& endpoint) const {
+size_t client::idle_connections(const std::string& endpoint) const {
   auto addr = parse_endpoint(endpoint);
   if (!addr.ok()) return 0;
   std::lock_guard lk(impl_->st.mu);
@@ -755,8 +755,8 @@ size_t peer_client::idle_connections(const std::string& endpoint) const {
   return it == impl_->st.idle.end() ? 0 : it->second.size();
 }
 
-uint64_t peer_client::connections_opened() const { return impl_->st.opened.load(std::memory_order_relaxed); }
+uint64_t client::connections_opened() const { return impl_->st.opened.load(std::memory_order_relaxed); }
 
-std::string peer_client::tls_error() const { return impl_->st.tls_error; }
+std::string client::tls_error() const { return impl_->st.tls_error; }
 
-}  // namespace kstate::server
+}  // namespace kstate::http

@@ -20,57 +20,58 @@
 #include <thread>
 #include <vector>
 
-#include "server/http.h"
-#include "server/http_server.h"
-#include "server/peer_client.h"
+#include "http/message.h"
+#include "http/server.h"
+#include "http/client.h"
 
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using namespace std::chrono_literals;
 using kstate::result;
 using kstate::status_code;
-using namespace kstate::server;
+using namespace kstate::http;
+using http_client = kstate::http::client;
 using steady = std::chrono::steady_clock;
 
 namespace {
 
 std::string endpoint_of(uint16_t port) { return "http://127.0.0.1:" + std::to_string(port); }
 
-// A started http_server on a free loopback port.
+// A started server on a free loopback port.
 struct test_server {
   template <class Handler>
-  test_server(Handler h, http_config cfg = {}) {
+  test_server(Handler h, server_config cfg = {}) {
     cfg.port = 0;
-    server = std::make_unique<http_server>(cfg, std::move(h));
-    auto s = server->start();
+    instance = std::make_unique<server>(cfg, std::move(h));
+    auto s = instance->start();
     REQUIRE_MESSAGE(s.ok(), s.to_string());
-    endpoint = endpoint_of(server->port());
+    endpoint = endpoint_of(instance->port());
   }
-  std::unique_ptr<http_server> server;
+  std::unique_ptr<server> instance;
   std::string endpoint;
 };
 
-http_response echo_target(const http_request& req) {
-  http_response r;
+response echo_target(const request& req) {
+  response r;
   r.content_type = "text/plain";
   r.body = req.target;
   return r;
 }
 
-peer_request get(std::string target) {
-  peer_request r;
+client_request get(std::string target) {
+  client_request r;
   r.target = std::move(target);
   return r;
 }
 
 // Sends one request and waits for its answer; also records the thread `done` ran on.
-result<http_response> call(peer_client& c, const std::string& ep, peer_request req,
+result<response> call(http_client& c, const std::string& ep, client_request req,
                            std::thread::id* done_thread = nullptr) {
-  auto p = std::make_shared<std::promise<result<http_response>>>();
+  auto p = std::make_shared<std::promise<result<response>>>();
   auto f = p->get_future();
-  c.send(ep, std::move(req), [p, done_thread](result<http_response> r) {
+  c.send(ep, std::move(req), [p, done_thread](result<response> r) {
     if (done_thread) *done_thread = std::this_thread::get_id();
     p->set_value(std::move(r));
   });
@@ -81,11 +82,11 @@ result<http_response> call(peer_client& c, const std::string& ep, peer_request r
 struct completions {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<result<http_response>> results;
+  std::vector<result<response>> results;
   std::vector<std::string> targets;  // the target each result belongs to
 
-  std::function<void(result<http_response>)> callback(std::string target) {
-    return [this, target = std::move(target)](result<http_response> r) {
+  std::function<void(result<response>)> callback(std::string target) {
+    return [this, target = std::move(target)](result<response> r) {
       std::lock_guard lk(mu);
       results.push_back(std::move(r));
       targets.push_back(target);
@@ -99,7 +100,7 @@ struct completions {
 };
 
 // A scripted raw TCP server: each accepted connection runs `script(socket, index)` on
-// its own thread (index counts connections from 0). For behaviour http_server never
+// its own thread (index counts connections from 0). For behaviour server never
 // shows: Connection: close, truncated responses, dropping connections.
 class raw_server {
  public:
@@ -159,9 +160,9 @@ class raw_server {
 
 // Reads one request off a raw socket; false when the client closed first.
 bool read_request(tcp::socket& s, beast::flat_buffer& buf) {
-  http::request<http::string_body> req;
+  bhttp::request<bhttp::string_body> req;
   beast::error_code ec;
-  http::read(s, buf, req, ec);
+  bhttp::read(s, buf, req, ec);
   return !ec;
 }
 
@@ -178,7 +179,7 @@ void wait_for_close(tcp::socket& s) {
 
 TEST_CASE("1000 sequential requests reuse one pooled connection") {
   test_server srv(echo_target);
-  peer_client client({});
+  http_client client({});
   for (int i = 0; i < 1000; ++i) {
     const std::string target = "/v1/stores/s/keys/k%2F" + std::to_string(i) + "?key_format=string";
     auto r = call(client, srv.endpoint, get(target));
@@ -191,13 +192,13 @@ TEST_CASE("1000 sequential requests reuse one pooled connection") {
 }
 
 TEST_CASE("64 concurrent requests each get their own answer, and the pool stays bounded") {
-  http_config scfg;
+  server_config scfg;
   scfg.threads = 4;
   test_server srv(echo_target, scfg);
-  peer_client_config cfg;
+  client_config cfg;
   cfg.threads = 4;
   cfg.max_idle_per_peer = 8;
-  peer_client client(cfg);
+  http_client client(cfg);
   completions done;
   for (int i = 0; i < 64; ++i) {
     const std::string target = "/echo/" + std::to_string(i);
@@ -216,8 +217,8 @@ TEST_CASE("64 concurrent requests each get their own answer, and the pool stays 
 }
 
 TEST_CASE("request headers and body reach the peer; any status is a response; hop-by-hop headers are dropped") {
-  test_server srv([](const http_request& req) {
-    http_response r;
+  test_server srv([](const request& req) {
+    response r;
     r.status = 404;
     r.content_type = "application/problem+json";
     r.body = req.method + " " + req.body;
@@ -226,8 +227,8 @@ TEST_CASE("request headers and body reach the peer; any status is a response; ho
     r.with_header("Retry-After", "1");
     return r;
   });
-  peer_client client({});
-  peer_request req;
+  http_client client({});
+  client_request req;
   req.method = "POST";
   req.target = "/v1/stores/s/keys:batchGet";
   req.headers = {{"X-Kstate-Hop", "1"},
@@ -259,10 +260,10 @@ TEST_CASE("request headers and body reach the peer; any status is a response; ho
 }
 
 TEST_CASE("a connection the server closed while idle is retried once on a fresh one") {
-  http_config scfg;
+  server_config scfg;
   scfg.read_timeout = 200ms;  // the server drops keep-alive connections idle this long
   test_server srv(echo_target, scfg);
-  peer_client client({});
+  http_client client({});
   auto first = call(client, srv.endpoint, get("/first"));
   REQUIRE(first.ok());
   CHECK(client.idle_connections(srv.endpoint) == 1);
@@ -281,7 +282,7 @@ TEST_CASE("connecting to a closed port is unavailable, quickly") {
     tcp::acceptor a(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
     port = a.local_endpoint().port();
   }  // closed: nothing listens there now
-  peer_client client({});
+  http_client client({});
   const auto t0 = steady::now();
   auto r = call(client, endpoint_of(port), get("/x"));
   const auto took = steady::now() - t0;
@@ -292,17 +293,17 @@ TEST_CASE("connecting to a closed port is unavailable, quickly") {
 }
 
 TEST_CASE("a handler slower than the deadline gives deadline_exceeded near the deadline; the client stays usable") {
-  http_config scfg;
+  server_config scfg;
   scfg.threads = 2;
-  test_server srv([](const http_request& req) {
+  test_server srv([](const request& req) {
     if (req.path == "/slow") std::this_thread::sleep_for(1s);
     return echo_target(req);
   }, scfg);
-  peer_client_config cfg;
+  client_config cfg;
   cfg.request_timeout = 10s;  // the request's own deadline must win
-  peer_client client(cfg);
+  http_client client(cfg);
 
-  peer_request slow = get("/slow");
+  client_request slow = get("/slow");
   const auto t0 = steady::now();
   slow.deadline = t0 + 200ms;
   auto r = call(client, srv.endpoint, slow);
@@ -318,9 +319,9 @@ TEST_CASE("a handler slower than the deadline gives deadline_exceeded near the d
   CHECK(fast->body == "/fast");
 
   // The configured request_timeout applies when the request has no deadline.
-  peer_client_config short_cfg;
+  client_config short_cfg;
   short_cfg.request_timeout = 150ms;
-  peer_client short_client(short_cfg);
+  http_client short_client(short_cfg);
   const auto t1 = steady::now();
   auto r2 = call(short_client, srv.endpoint, get("/slow"));
   REQUIRE_FALSE(r2.ok());
@@ -328,7 +329,7 @@ TEST_CASE("a handler slower than the deadline gives deadline_exceeded near the d
   CHECK(steady::now() - t1 < 300ms);
 
   // A deadline already in the past fails without sending.
-  peer_request late = get("/fast");
+  client_request late = get("/fast");
   late.deadline = steady::now() - 1ms;
   auto r3 = call(client, srv.endpoint, late);
   REQUIRE_FALSE(r3.ok());
@@ -354,8 +355,8 @@ class ndjson_lines : public body_source {
 
 TEST_CASE("a chunked (streamed) response is read whole; one over max_response_bytes is resource_exhausted") {
   static constexpr int lines = 5000;
-  test_server srv([](const http_request&) {
-    http_response r;
+  test_server srv([](const request&) {
+    response r;
     r.content_type = "application/x-ndjson";
     r.stream = std::make_shared<ndjson_lines>(lines);
     return r;
@@ -363,7 +364,7 @@ TEST_CASE("a chunked (streamed) response is read whole; one over max_response_by
   std::string expected;
   for (int i = 0; i < lines; ++i) expected += ndjson_lines::line(i);
 
-  peer_client client({});
+  http_client client({});
   auto r = call(client, srv.endpoint, get("/v1/stores/s/keys"));
   REQUIRE_MESSAGE(r.ok(), r.error().to_string());
   CHECK(r->content_type == "application/x-ndjson");
@@ -372,9 +373,9 @@ TEST_CASE("a chunked (streamed) response is read whole; one over max_response_by
   for (const auto& [n, v] : r->headers) CHECK_FALSE(beast::iequals(n, "Transfer-Encoding"));
   CHECK(client.idle_connections(srv.endpoint) == 1);  // the final chunk arrived: reusable
 
-  peer_client_config small;
+  client_config small;
   small.max_response_bytes = 10'000;
-  peer_client bounded(small);
+  http_client bounded(small);
   auto big = call(bounded, srv.endpoint, get("/v1/stores/s/keys"));
   REQUIRE_FALSE(big.ok());
   CHECK(big.error().code() == status_code::resource_exhausted);
@@ -384,19 +385,19 @@ TEST_CASE("a chunked (streamed) response is read whole; one over max_response_by
 TEST_CASE("destroying the client completes requests in flight with unavailable, promptly") {
   // A handler that never answers on its own: replies are parked until the test ends.
   std::mutex mu;
-  std::vector<http_responder> parked;
-  http_config scfg;
+  std::vector<responder> parked;
+  server_config scfg;
   scfg.shutdown_grace = 200ms;
-  test_server srv(async_http_handler([&](const http_request&, http_responder reply) {
+  test_server srv(async_handler([&](const request&, responder reply) {
     std::lock_guard lk(mu);
     parked.push_back(std::move(reply));
   }), scfg);
 
   completions done;
   {
-    peer_client_config cfg;
+    client_config cfg;
     cfg.threads = 2;
-    std::optional<peer_client> client(std::in_place, cfg);
+    std::optional<http_client> client(std::in_place, cfg);
     for (int i = 0; i < 8; ++i) client->send(srv.endpoint, get("/hang/" + std::to_string(i)), done.callback(""));
     // Wait until the server holds all of them, so they are truly in flight.
     for (int spin = 0; spin < 500; ++spin) {
@@ -426,7 +427,7 @@ TEST_CASE("destroying the client completes requests in flight with unavailable, 
 }
 
 TEST_CASE("bad endpoints and requests are invalid_argument, reported through done on a client thread") {
-  peer_client client({});
+  http_client client({});
   for (std::string ep : {"https:/127.0.0.1:1", "127.0.0.1:80", "http://", "http://:80", "http://h:0", "http://h:99999",
                          "http://h:80/path", "http://user@h:80", "http://::1:80", "http://[::1", "ftp://h:1"}) {
     std::thread::id where;
@@ -435,14 +436,14 @@ TEST_CASE("bad endpoints and requests are invalid_argument, reported through don
     CHECK_MESSAGE(r.error().code() == status_code::invalid_argument, ep);
     CHECK(where != std::this_thread::get_id());
   }
-  peer_request no_slash = get("v1/x");
+  client_request no_slash = get("v1/x");
   CHECK(call(client, "http://127.0.0.1:1", no_slash).error().code() == status_code::invalid_argument);
-  peer_request space = get("/a b");
+  client_request space = get("/a b");
   CHECK(call(client, "http://127.0.0.1:1", space).error().code() == status_code::invalid_argument);
-  peer_request split = get("/x");
+  client_request split = get("/x");
   split.headers = {{"X-Evil", "a\r\nX-Injected: 1"}};
   CHECK(call(client, "http://127.0.0.1:1", split).error().code() == status_code::invalid_argument);
-  peer_request method = get("/x");
+  client_request method = get("/x");
   method.method = "GE T";
   CHECK(call(client, "http://127.0.0.1:1", method).error().code() == status_code::invalid_argument);
   CHECK(client.idle_connections("not an endpoint") == 0);
@@ -451,8 +452,8 @@ TEST_CASE("bad endpoints and requests are invalid_argument, reported through don
 
 TEST_CASE("endpoints that spell the same peer share a pool") {
   test_server srv(echo_target);
-  peer_client client({});
-  const auto port = std::to_string(srv.server->port());
+  http_client client({});
+  const auto port = std::to_string(srv.instance->port());
   REQUIRE(call(client, "http://127.0.0.1:" + port, get("/a")).ok());
   REQUIRE(call(client, "HTTP://127.0.0.1:" + port + "/", get("/b")).ok());
   CHECK(client.connections_opened() == 1);
@@ -461,8 +462,8 @@ TEST_CASE("endpoints that spell the same peer share a pool") {
 
 TEST_CASE("a host name is resolved") {
   test_server srv(echo_target);
-  peer_client client({});
-  auto r = call(client, "http://localhost:" + std::to_string(srv.server->port()), get("/named"));
+  http_client client({});
+  auto r = call(client, "http://localhost:" + std::to_string(srv.instance->port()), get("/named"));
   // localhost may resolve to ::1 first; the client tries each address in turn.
   REQUIRE_MESSAGE(r.ok(), r.error().to_string());
   CHECK(r->body == "/named");
@@ -477,7 +478,7 @@ TEST_CASE("a response with Connection: close is not pooled") {
     s.shutdown(tcp::socket::shutdown_send, ec);
     wait_for_close(s);
   });
-  peer_client client({});
+  http_client client({});
   auto r = call(client, srv.endpoint(), get("/x"));
   REQUIRE_MESSAGE(r.ok(), r.error().to_string());
   CHECK(r->body == "ok");
@@ -497,7 +498,7 @@ TEST_CASE("a response cut off midway is unavailable and not retried") {
     s.shutdown(tcp::socket::shutdown_send, ec);
     wait_for_close(s);
   });
-  peer_client client({});
+  http_client client({});
   REQUIRE(call(client, srv.endpoint(), get("/1")).ok());
   auto r = call(client, srv.endpoint(), get("/2"));
   REQUIRE_FALSE(r.ok());
@@ -518,7 +519,7 @@ TEST_CASE("the stale-connection retry happens at most once") {
     s.shutdown(tcp::socket::shutdown_send, ec);
     wait_for_close(s);
   });
-  peer_client client({});
+  http_client client({});
   REQUIRE(call(client, srv.endpoint(), get("/1")).ok());
   std::this_thread::sleep_for(50ms);  // let the FIN arrive
   auto r = call(client, srv.endpoint(), get("/2"));
@@ -528,12 +529,12 @@ TEST_CASE("the stale-connection retry happens at most once") {
 }
 
 TEST_CASE("send() from many threads at once, including from inside done") {
-  http_config scfg;
+  server_config scfg;
   scfg.threads = 4;
   test_server srv(echo_target, scfg);
-  peer_client_config cfg;
+  client_config cfg;
   cfg.threads = 3;
-  peer_client client(cfg);
+  http_client client(cfg);
   completions done;
   std::vector<std::thread> senders;
   for (int t = 0; t < 4; ++t) {
@@ -541,7 +542,7 @@ TEST_CASE("send() from many threads at once, including from inside done") {
       for (int i = 0; i < 50; ++i) {
         const std::string target = "/t" + std::to_string(t) + "/" + std::to_string(i);
         // Chain a second request from the first one's callback.
-        client.send(srv.endpoint, get(target), [&, target](result<http_response> r) {
+        client.send(srv.endpoint, get(target), [&, target](result<response> r) {
           const std::string second = target + "/again";
           if (!r.ok() || r->body != target) {
             done.callback(target)(std::move(r));
@@ -570,8 +571,8 @@ TEST_CASE("a response to HEAD has a Content-Length but no body; the connection s
     write_raw(s, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
     wait_for_close(s);
   });
-  peer_client client({});
-  peer_request head = get("/x");
+  http_client client({});
+  client_request head = get("/x");
   head.method = "HEAD";
   auto h = call(client, srv.endpoint(), head);
   REQUIRE_MESSAGE(h.ok(), h.error().to_string());

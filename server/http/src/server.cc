@@ -17,9 +17,9 @@
 // only touched on its strand; the shared_state is touched from any thread and is
 // either immutable after start, atomic, or guarded by its mutex.
 
-#include "server/http_server.h"
+#include "http/server.h"
 
-#include "http_syntax.h"
+#include "syntax.h"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -51,14 +51,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "server/problem.h"
-#include "server/url.h"
+#include "http/problem.h"
+#include "http/url.h"
 
-namespace kstate::server {
+namespace kstate::http {
 namespace {
 
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
@@ -81,15 +81,19 @@ const std::shared_ptr<spdlog::logger>& log() {
   return l;
 }
 
-// State shared by the listener, every session and the http_server. Sessions hold it by
+// State shared by the listener, every session and the server. Sessions hold it by
 // shared_ptr, so a session destroyed late (by the io_context's destructor, after a
 // shutdown_grace ran out) still finds it alive.
 struct shared_state {
-  shared_state(http_config c, async_http_handler h) : cfg(std::move(c)), handler(std::move(h)) {}
+  shared_state(server_config c, async_handler h) : cfg(std::move(c)), handler(std::move(h)) {}
 
-  const http_config cfg;
-  const async_http_handler handler;
+  const server_config cfg;
+  const async_handler handler;
+  // cfg.render_error, or the library's default.
+  const error_renderer render_error = cfg.render_error ? cfg.render_error : error_renderer(default_error);
   std::atomic<bool> stopping{false};
+  // Connections refused or answered 503 because max_connections were open.
+  std::atomic<uint64_t> refused{0};
   // Draining: every response says Connection: close, so keep-alive clients reconnect
   // (to another instance) before the listener closes, instead of being cut off.
   std::atomic<bool> draining{false};
@@ -122,10 +126,10 @@ bool sane_request_id(std::string_view id) {
   });
 }
 
-using http_syntax::iequals;
-using http_syntax::valid_header_value;
+using syntax::iequals;
+using syntax::valid_header_value;
 // Header names from handlers must be tokens.
-inline bool valid_header_name(std::string_view n) { return http_syntax::is_token(n); }
+inline bool valid_header_name(std::string_view n) { return syntax::is_token(n); }
 
 // Headers the server owns because they frame the message; a handler setting them
 // would desynchronise the connection.
@@ -145,9 +149,45 @@ bool target_too_long(std::string_view raw, std::size_t max_target) {
   return (end == std::string_view::npos ? rest.size() : end) > max_target;
 }
 
+// Why the framing of a request is ambiguous (RFC 9112 section 6), or nullptr. The
+// parser already refuses Transfer-Encoding together with Content-Length in either
+// order, and two Content-Length fields that disagree; what it lets through, and what a
+// front proxy might frame differently (request smuggling), is refused here:
+//  - any Transfer-Encoding but exactly one field saying "chunked": "identity",
+//    "chunked, gzip" (the parser would then read no body, and the body would become
+//    the next request), "gzip, chunked" (a coding this server does not decode), a
+//    second Transfer-Encoding field;
+//  - Transfer-Encoding on an HTTP/1.0 request (section 6.1: the framing is faulty);
+//  - Content-Length given twice, or as a list ("5, 5"): refused even when the values
+//    agree, since another hop may pick a different one.
+const char* ambiguous_framing(const bhttp::request_header<>& h) {
+  int transfer_encodings = 0, content_lengths = 0;
+  for (const auto& f : h) {
+    if (f.name() == bhttp::field::transfer_encoding) {
+      if (++transfer_encodings > 1) return "more than one Transfer-Encoding field";
+      if (!iequals(f.value(), "chunked")) return "Transfer-Encoding other than chunked";
+    } else if (f.name() == bhttp::field::content_length) {
+      if (++content_lengths > 1) return "more than one Content-Length field";
+      const auto v = f.value();
+      if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return "Content-Length is not a single decimal number";
+    }
+  }
+  if (transfer_encodings > 0 && content_lengths > 0) return "Transfer-Encoding together with Content-Length";
+  if (transfer_encodings > 0 && h.version() < 11) return "Transfer-Encoding in an HTTP/1.0 request";
+  return nullptr;
+}
+
+// Bytes of a request's header block as sent: the request line and every field line.
+std::size_t header_block_bytes(const bhttp::request_header<>& h) {
+  std::size_t n = h.method_string().size() + 1 + h.target().size() + 1 + 8 + 2 + 2;
+  for (const auto& f : h) n += f.name_string().size() + 2 + f.value().size() + 2;
+  return n;
+}
+
 // Why a handler's response is unusable, or nullptr. A bad status or header is a
 // handler bug and must become a 500, never a malformed response.
-const char* invalid_response(const http_response& r) {
+const char* invalid_response(const response& r) {
   if (r.status < 100 || r.status > 999) return "handler returned a bad status";
   for (const auto& [n, v] : r.headers) {
     if (!valid_header_name(n) || !valid_header_value(v)) return "handler returned a bad header";
@@ -160,20 +200,21 @@ const char* invalid_response(const http_response& r) {
 bool bodyless_status(unsigned status) { return status < 200 || status == 204 || status == 304; }
 
 // The completion side of one request handed to an async handler. The handler's
-// http_responder copies share one reply_state; the first complete() posts the
+// responder copies share one reply_state; the first complete() posts the
 // response onto the session's strand, later ones are ignored. If every copy is
 // destroyed uncalled, the destructor answers 500 so the connection is not left hanging.
 //
 // It holds the session by shared_ptr (a session waiting for its reply has no I/O in
 // flight, so nothing else keeps it alive). That reference must not outlive the
-// io_context: http_server::stop() calls abandon() on replies still pending after the
+// io_context: server::stop() calls abandon() on replies still pending after the
 // grace period, and complete() posts while holding mu_, so a reply racing with stop()
 // is either queued before abandon() (and destroyed with the io_context) or dropped.
 // Thread-safe: touched from the handler's threads and from stop().
 class reply_state {
  public:
-  reply_state(std::shared_ptr<session_base> s, std::string request_id, std::string instance)
-      : target_(std::move(s)), request_id_(std::move(request_id)), instance_(std::move(instance)) {}
+  reply_state(std::shared_ptr<session_base> s, std::shared_ptr<shared_state> st, std::string request_id,
+              std::string instance)
+      : target_(std::move(s)), st_(std::move(st)), request_id_(std::move(request_id)), instance_(std::move(instance)) {}
   reply_state(const reply_state&) = delete;
   reply_state& operator=(const reply_state&) = delete;
 
@@ -185,11 +226,11 @@ class reply_state {
     }
     if (answered) return;
     log()->error("request {}: handler dropped its responder without answering", request_id_);
-    complete(problem(failure_reason::internal, "handler did not answer request " + request_id_, instance_));
+    complete(st_->render_error(server_error::internal, "handler did not answer request " + request_id_, instance_));
   }
 
   // Returns false when the request was already completed (or abandoned).
-  bool complete(http_response r);
+  bool complete(response r);
 
   // Drops the session reference; a later complete() is silently ignored.
   void abandon() {
@@ -207,6 +248,7 @@ class reply_state {
   std::mutex mu_;
   bool done_ = false;                // guarded by mu_
   std::shared_ptr<session_base> target_;  // guarded by mu_; null once posted or abandoned
+  const std::shared_ptr<shared_state> st_;
   const std::string request_id_;
   const std::string instance_;
 };
@@ -216,10 +258,10 @@ class session_base : public std::enable_shared_from_this<session_base> {
  public:
   virtual ~session_base() = default;
   virtual void on_stop() = 0;
-  virtual void on_reply(http_response r) = 0;
+  virtual void on_reply(response r) = 0;
   // A reply completed on the session's own thread from inside its handler call: kept
   // and answered when the handler returns, without a trip through the strand's queue.
-  virtual void keep_inline_reply(http_response r) = 0;
+  virtual void keep_inline_reply(response r) = 0;
   virtual void abandon_pending_reply() = 0;
   virtual net::any_io_executor executor() = 0;
 };
@@ -242,9 +284,15 @@ class session : public session_base {
  public:
   static constexpr bool is_tls = !std::is_same_v<Stream, beast::tcp_stream>;
 
+  // `overloaded`: accepted beyond max_connections; the session reads one request
+  // header, answers it 503 and closes.
   template <class... Args>
-  session(std::shared_ptr<shared_state> st, Args&&... args)
-      : stream_(std::forward<Args>(args)...), st_(std::move(st)), watchdog_(stream_.get_executor()) {}
+  session(std::shared_ptr<shared_state> st, bool overloaded, Args&&... args)
+      : overloaded_(overloaded),
+        stream_(std::forward<Args>(args)...),
+        st_(std::move(st)),
+        buffer_(std::size_t{st_->cfg.max_header_bytes} + 64 * 1024),
+        watchdog_(stream_.get_executor()) {}
 
   ~session() {
     std::lock_guard lk(st_->mu);
@@ -273,7 +321,7 @@ class session : public session_base {
     }
   }
 
-  // Posted onto the strand by http_server::stop(). A connection idle between requests
+  // Posted onto the strand by server::stop(). A connection idle between requests
   // is closed now; one with a request in progress (handler running or awaited,
   // response or stream being written) finishes it and then closes.
   void on_stop() override {
@@ -282,17 +330,17 @@ class session : public session_base {
   }
 
   // Runs on the strand, posted by reply_state::complete().
-  void on_reply(http_response r) override {
+  void on_reply(response r) override {
     pending_.reset();
     if (phase_ != phase::handling) return;  // cannot happen: one reply_state per request, one completion
     if (const char* why = invalid_response(r)) {
       log()->error("request {}: {}", cur_.request_id, why);
-      r = problem(failure_reason::internal, "unexpected error while handling request " + cur_.request_id, cur_.path);
+      r = internal_error_response();
     }
     respond(std::move(r));
   }
 
-  void keep_inline_reply(http_response r) override { inline_reply_.emplace(std::move(r)); }
+  void keep_inline_reply(response r) override { inline_reply_.emplace(std::move(r)); }
 
   // Only after the I/O threads were joined (no strand is running): a reply the handler
   // still owes is abandoned, which releases the session.
@@ -389,10 +437,17 @@ class session : public session_base {
     parser_.emplace();
     parser_->header_limit(st_->cfg.max_header_bytes);
     parser_->body_limit(st_->cfg.max_body_bytes);
+    // Chunk extensions are metadata like header fields, and count against the same
+    // limit (with the header block, measured in on_header, and the trailers).
+    meta_bytes_ = 0;
+    header_fields_ = 0;
+    parser_->on_chunk_header(count_chunk_extensions_);
     // One deadline for the whole request (headers and body) and for the idle time
-    // before it: a client trickling bytes (slowloris) is cut off at read_timeout.
-    set_deadline(st_->cfg.read_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
+    // before it: a client trickling bytes (slowloris) is cut off at read_timeout. A
+    // connection over the limit gets little time to say what it wanted.
+    set_deadline(overloaded_ ? std::min<std::chrono::milliseconds>(st_->cfg.read_timeout, std::chrono::seconds(2))
+                             : st_->cfg.read_timeout);
+    bhttp::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&session::on_header, self()));
   }
 
@@ -401,19 +456,25 @@ class session : public session_base {
     cur_.start = std::chrono::steady_clock::now();
     const auto& req = parser_->get();
     if (req.target().size() > st_->cfg.max_target_bytes) {
-      return fail(failure_reason::uri_too_long,
+      return fail(server_error::uri_too_long,
                   "request target is " + std::to_string(req.target().size()) + " bytes, limit " +
                       std::to_string(st_->cfg.max_target_bytes));
     }
+    if (overloaded_)
+      return fail(server_error::overloaded,
+                  std::to_string(st_->cfg.max_connections) + " connections are open; retry shortly");
+    if (const char* why = ambiguous_framing(req)) return fail(server_error::bad_request, why);
+    meta_bytes_ = header_block_bytes(req);
+    header_fields_ = static_cast<std::size_t>(std::distance(req.begin(), req.end()));
     if (parser_->is_done()) return handle();
 
     // Clients that ask first (curl does for bodies over 1 KiB) would otherwise wait a
     // second before sending the body. Body limits were already checked against
     // Content-Length while parsing the header.
-    auto expect = req[http::field::expect];
+    auto expect = req[bhttp::field::expect];
     if (iequals(expect, "100-continue")) {
-      continue_.emplace(http::status::continue_, req.version());
-      http::async_write(stream_, *continue_,
+      continue_.emplace(bhttp::status::continue_, req.version());
+      bhttp::async_write(stream_, *continue_,
                         [self = self()](beast::error_code ec, std::size_t) {
                           if (ec) return;  // the socket is gone; nothing to answer
                           self->read_body();
@@ -425,7 +486,7 @@ class session : public session_base {
 
   void read_body() {
     // No new deadline: the one set before the header covers the whole request.
-    http::async_read(stream_, buffer_, *parser_,
+    bhttp::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&session::on_body, self()));
   }
 
@@ -435,7 +496,7 @@ class session : public session_base {
   }
 
   void on_read_error(beast::error_code ec) {
-    if (ec == http::error::header_limit) {
+    if (ec == bhttp::error::header_limit) {
       // Beast consumes the request line as soon as it is complete, so either the
       // message already has its target, or the unparsed line is still in the buffer.
       const auto data = buffer_.cdata();
@@ -443,26 +504,31 @@ class session : public session_base {
       const auto target = parser_->get().target();
       if (target.empty() ? target_too_long(raw, st_->cfg.max_target_bytes)
                          : target.size() > st_->cfg.max_target_bytes) {
-        return fail(failure_reason::uri_too_long,
+        return fail(server_error::uri_too_long,
                     "request target exceeds " + std::to_string(st_->cfg.max_target_bytes) + " bytes");
       }
-      return fail(failure_reason::headers_too_large,
+      return fail(server_error::headers_too_large,
                   "request header block exceeds " + std::to_string(st_->cfg.max_header_bytes) + " bytes");
     }
-    if (ec == http::error::body_limit) {
-      return fail(failure_reason::payload_too_large,
+    if (ec == bhttp::error::buffer_overflow) {
+      // A chunk-size line or a trailer section longer than the read buffer.
+      return fail(server_error::headers_too_large,
+                  "a chunk line or the trailers exceed " + std::to_string(st_->cfg.max_header_bytes) + " bytes");
+    }
+    if (ec == bhttp::error::body_limit) {
+      return fail(server_error::payload_too_large,
                   "request body exceeds " + std::to_string(st_->cfg.max_body_bytes) + " bytes");
     }
     // The client closed between requests (end_of_stream) or mid-request
     // (partial_message), the deadline passed (the watchdog closed the socket),
     // stop() closed us, or the socket failed: there is nobody to answer.
-    if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == beast::error::timeout ||
-        ec == net::error::operation_aborted || ec.category() != http::make_error_code(http::error::bad_target).category()) {
+    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec.category() != bhttp::make_error_code(bhttp::error::bad_target).category()) {
       return close();
     }
     // Anything else from the HTTP category is a malformed message (request line,
     // header syntax, framing): the stream cannot be trusted after it, so answer and close.
-    fail(failure_reason::bad_request, "malformed HTTP request: " + ec.message());
+    fail(server_error::bad_request, "malformed HTTP request: " + ec.message());
   }
 
   void handle() {
@@ -470,17 +536,29 @@ class session : public session_base {
     clear_deadline();
     auto& msg = parser_->get();
 
-    http_request req;
+    // Fields after the header block are a chunked body's trailers. They count against the
+    // header limit and are dropped: a trailer must not add to or override what the
+    // header said (RFC 9110 section 6.5.1), and nothing here needs one.
+    std::size_t index = 0, trailer_bytes = 0;
+    for (const auto& f : msg)
+      if (index++ >= header_fields_) trailer_bytes += f.name_string().size() + 2 + f.value().size() + 2;
+    if (meta_bytes_ + trailer_bytes > st_->cfg.max_header_bytes)
+      return fail(server_error::headers_too_large, "chunk extensions and trailers exceed " +
+                                                       std::to_string(st_->cfg.max_header_bytes) + " bytes");
+
+    request req;
     req.method = std::string(msg.method_string());
     req.target = std::string(msg.target());
-    req.headers.reserve(std::distance(msg.begin(), msg.end()));
+    req.headers.reserve(header_fields_);
+    index = 0;
     for (const auto& f : msg) {
+      if (index++ >= header_fields_) break;
       std::string name(f.name_string());
       std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
       req.headers.emplace_back(std::move(name), std::string(f.value()));
     }
-    auto client_id = msg["X-Request-Id"];  // Beast has no field enum for it; lookup is case-insensitive
-    req.request_id = sane_request_id(client_id) ? std::string(client_id) : st_->next_request_id();
+    auto client_id = req.header("x-request-id").value_or("");
+    req.request_id = sane_request_id(client_id) ? client_id : st_->next_request_id();
     req.body = std::move(msg.body());
     cur_.method = req.method;
     cur_.request_id = req.request_id;
@@ -490,18 +568,18 @@ class session : public session_base {
     if (status s = parse_target(req.target, req); !s.ok()) {
       // The request was well framed, only its target is bad: the connection stays usable.
       cur_.path = req.target.substr(0, req.target.find('?'));
-      return respond(problem(failure_reason::bad_path_encoding, s.message(), cur_.path));
+      return respond(st_->render_error(server_error::bad_target, s.message(), cur_.path));
     }
     cur_.path = req.path;
 
     // Until the handler answers, this session reads nothing more from the connection:
     // a pipelined request waits in the socket buffer.
-    auto rs = std::make_shared<reply_state>(self(), req.request_id, req.path);
+    auto rs = std::make_shared<reply_state>(self(), st_, req.request_id, req.path);
     pending_ = rs;
     handling_session = this;
     try {
       // Called concurrently from all I/O threads: handlers must be thread-safe.
-      st_->handler(req, [rs](http_response r) { rs->complete(std::move(r)); });
+      st_->handler(req, [rs](response r) { rs->complete(std::move(r)); });
     } catch (const std::exception& e) {
       // Never let a handler take the I/O thread down. The exception text may hold
       // internals: it goes to the log, the client gets only the request id to quote.
@@ -522,12 +600,13 @@ class session : public session_base {
     }
   }
 
-  http_response internal_error_response() const {
-    return problem(failure_reason::internal, "unexpected error while handling request " + cur_.request_id, cur_.path);
+  response internal_error_response() const {
+    return st_->render_error(server_error::internal, "unexpected error while handling request " + cur_.request_id,
+                             cur_.path);
   }
 
   // Sends the final response to the current request (plain or streamed).
-  void respond(http_response&& r) {
+  void respond(response&& r) {
     const bool keep_alive = cur_.keep_alive && !close_after_response_ && !st_->stopping && !st_->draining;
     cur_.status = r.status;
     if (r.stream && !bodyless_status(r.status) && cur_.method != "HEAD") return start_stream(std::move(r), keep_alive);
@@ -537,7 +616,7 @@ class session : public session_base {
 
   // A request that cannot be handled (over a limit, unparseable): answer with a
   // problem and close, since the rest of the stream cannot be framed reliably.
-  void fail(failure_reason r, std::string detail) {
+  void fail(server_error r, std::string detail) {
     std::string instance;
     std::string request_id;
     // Not is_header_done(): a Content-Length over the body limit fails the header
@@ -553,24 +632,24 @@ class session : public session_base {
     cur_.path = instance;
     cur_.request_id = request_id;
     cur_.version = 11;
-    auto res = problem(r, detail, instance);
+    auto res = st_->render_error(r, detail, instance);
     cur_.status = res.status;
     write(std::move(res), false);
   }
 
   template <class Body>
-  void fill_header(http::response<Body>& m, const http_response& r) const {
+  void fill_header(bhttp::response<Body>& m, const response& r) const {
     m.version(cur_.version);
     m.result(r.status);
-    m.set(http::field::server, "kstate");
-    if (!r.content_type.empty()) m.set(http::field::content_type, r.content_type);
+    m.set(bhttp::field::server, "kstate");
+    if (!r.content_type.empty()) m.set(bhttp::field::content_type, r.content_type);
     m.set("X-Request-Id", cur_.request_id);
     for (const auto& [n, v] : r.headers) {
       if (!reserved_header(n)) m.insert(n, v);
     }
   }
 
-  void write(http_response&& r, bool keep_alive) {
+  void write(response&& r, bool keep_alive) {
     phase_ = phase::writing;
     res_ = {};
     fill_header(res_, r);
@@ -586,7 +665,7 @@ class session : public session_base {
     }
     // A client that stops reading its response is cut off like one that stops sending.
     set_deadline(st_->cfg.read_timeout);
-    http::async_write(stream_, res_, beast::bind_front_handler(&session::on_write, self(), !keep_alive));
+    bhttp::async_write(stream_, res_, beast::bind_front_handler(&session::on_write, self(), !keep_alive));
   }
 
   void on_write(bool close_after, beast::error_code ec, std::size_t) {
@@ -606,7 +685,7 @@ class session : public session_base {
   // carries the read_timeout deadline; when it passes, the connection is closed and the
   // source released.
 
-  void start_stream(http_response&& r, bool keep_alive) {
+  void start_stream(response&& r, bool keep_alive) {
     phase_ = phase::streaming;
     source_ = std::move(r.stream);
     empty_pieces_ = 0;
@@ -623,11 +702,11 @@ class session : public session_base {
     sres_->body().more = true;
     ssr_.emplace(*sres_);
     set_deadline(st_->cfg.read_timeout);
-    http::async_write_header(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
+    bhttp::async_write_header(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
   }
 
   void on_stream_write(beast::error_code ec, std::size_t) {
-    if (ec == http::error::need_buffer) ec = {};  // the piece was written; the serializer wants the next one
+    if (ec == bhttp::error::need_buffer) ec = {};  // the piece was written; the serializer wants the next one
     if (ec) {
       // The client went away or stopped reading past the deadline: not a server error.
       log()->debug("request {}: streamed response cut off: {}", cur_.request_id, ec.message());
@@ -667,7 +746,7 @@ class session : public session_base {
     body.size = piece_.size();
     body.more = more;  // false: the serializer appends the last chunk after this piece
     set_deadline(st_->cfg.read_timeout);
-    http::async_write(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
+    bhttp::async_write(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
   }
 
   void release_stream() {
@@ -741,19 +820,33 @@ class session : public session_base {
   // otherwise keep an I/O thread spinning on a connection that makes no progress.
   static constexpr int max_empty_pieces = 1000;
 
+  const bool overloaded_;
   Stream stream_;
   std::shared_ptr<shared_state> st_;
-  beast::flat_buffer buffer_;  // persists across requests: it may hold pipelined bytes
-  std::optional<http::request_parser<http::string_body>> parser_;
-  std::optional<http::response<http::empty_body>> continue_;
-  http::response<http::string_body> res_;  // must outlive async_write
+  // Persists across requests: it may hold pipelined bytes. Bounded (see the
+  // constructor), so that a header, chunk line or trailer section that never ends
+  // cannot grow it; the parser's own header limit covers the header block only.
+  beast::flat_buffer buffer_;
+  // Header block, chunk extension and trailer bytes of the current request.
+  std::size_t meta_bytes_ = 0;
+  // The parser's chunk header callback (it keeps a reference, so it lives here).
+  std::function<void(std::uint64_t, beast::string_view, beast::error_code&)> count_chunk_extensions_ =
+      [this](std::uint64_t, beast::string_view extensions, beast::error_code& ec) {
+        meta_bytes_ += extensions.size();
+        if (meta_bytes_ > st_->cfg.max_header_bytes) ec = bhttp::error::header_limit;
+      };
+  // Fields of the current request's header block (later ones are trailers).
+  std::size_t header_fields_ = 0;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::optional<bhttp::response<bhttp::empty_body>> continue_;
+  bhttp::response<bhttp::string_body> res_;  // must outlive async_write
   request_info cur_;
   std::weak_ptr<reply_state> pending_;  // the reply the handler owes, while phase_ == handling
   // Streaming state, set only while phase_ == streaming. The serializer refers to sres_,
   // and sres_'s body points into piece_; all must outlive the write in flight.
   std::shared_ptr<body_source> source_;
-  std::optional<http::response<http::buffer_body>> sres_;
-  std::optional<http::response_serializer<http::buffer_body>> ssr_;
+  std::optional<bhttp::response<bhttp::buffer_body>> sres_;
+  std::optional<bhttp::response_serializer<bhttp::buffer_body>> ssr_;
   std::string piece_;
   int empty_pieces_ = 0;
   bool stream_close_after_ = false;
@@ -765,10 +858,10 @@ class session : public session_base {
   clock::time_point deadline_ = clock::time_point::max();
   bool watchdog_armed_ = false;
   bool closed_ = false;
-  std::optional<http_response> inline_reply_;
+  std::optional<response> inline_reply_;
 };
 
-bool reply_state::complete(http_response r) {
+bool reply_state::complete(response r) {
   std::lock_guard lk(mu_);
   if (done_) return false;
   done_ = true;
@@ -788,7 +881,7 @@ bool reply_state::complete(http_response r) {
   return true;
 }
 
-// Accepts connections. Owned by http_server::impl and by its pending accept handler;
+// Accepts connections. Owned by server::impl and by its pending accept handler;
 // its handlers run on the acceptor's strand.
 class listener : public std::enable_shared_from_this<listener> {
  public:
@@ -839,13 +932,34 @@ class listener : public std::enable_shared_from_this<listener> {
       });
       return;
     }
+    // At max_connections a few more connections are accepted only to be told so (503,
+    // then closed, each within a short deadline); beyond those, a connection is closed
+    // at once. Either way the connections already open keep their descriptors, and
+    // RocksDB and Kafka theirs.
+    std::size_t open;
+    {
+      std::lock_guard lk(st_->mu);
+      open = st_->sessions.size();
+    }
+    const bool overloaded = open >= st_->cfg.max_connections;
+    if (overloaded && open >= st_->cfg.max_connections + overload_answers) {
+      beast::error_code ignored;
+      socket.close(ignored);
+      ++st_->refused;
+      return do_accept();
+    }
+    if (overloaded) ++st_->refused;
     if (st_->tls) {
-      std::make_shared<session<beast::ssl_stream<beast::tcp_stream>>>(st_, std::move(socket), *st_->tls)->run();
+      std::make_shared<session<beast::ssl_stream<beast::tcp_stream>>>(st_, overloaded, std::move(socket), *st_->tls)
+          ->run();
     } else {
-      std::make_shared<session<beast::tcp_stream>>(st_, std::move(socket))->run();
+      std::make_shared<session<beast::tcp_stream>>(st_, overloaded, std::move(socket))->run();
     }
     do_accept();
   }
+
+  // Connections beyond max_connections that still get a 503 before being closed.
+  static constexpr std::size_t overload_answers = 64;
 
   net::io_context& ioc_;
   tcp::acceptor acceptor_;
@@ -856,9 +970,9 @@ class listener : public std::enable_shared_from_this<listener> {
 
 // The one code path: a synchronous handler is an asynchronous one that answers at once.
 // An exception escapes to session::handle(), which turns it into a 500.
-async_http_handler wrap_sync(http_handler h) {
+async_handler wrap_sync(handler h) {
   if (!h) return {};
-  return [h = std::move(h)](const http_request& req, http_responder reply) { reply(h(req)); };
+  return [h = std::move(h)](const request& req, responder reply) { reply(h(req)); };
 }
 
 // TLS 1.2 and 1.3 only. TLS 1.3 suites are OpenSSL's (all AEAD); for 1.2, only
@@ -902,9 +1016,9 @@ std::string random_prefix() {
 
 }  // namespace
 
-struct http_server::impl {
-  impl(http_config cfg, async_http_handler handler)
-      : st(std::make_shared<shared_state>(std::move(cfg), std::move(handler))), ioc(std::max(1, st->cfg.threads)) {
+struct server::impl {
+  impl(server_config cfg, async_handler h)
+      : st(std::make_shared<shared_state>(std::move(cfg), std::move(h))), ioc(std::max(1, st->cfg.threads)) {
     st->id_prefix = random_prefix();
   }
 
@@ -924,18 +1038,16 @@ struct http_server::impl {
   std::vector<std::thread> threads;
 };
 
-http_server::http_server(http_config cfg, http_handler handler)
-    : impl_(std::make_unique<impl>(std::move(cfg), wrap_sync(std::move(handler)))) {}
+server::server(server_config cfg, handler h) : impl_(std::make_unique<impl>(std::move(cfg), wrap_sync(std::move(h)))) {}
 
-http_server::http_server(http_config cfg, async_http_handler handler)
-    : impl_(std::make_unique<impl>(std::move(cfg), std::move(handler))) {}
+server::server(server_config cfg, async_handler h) : impl_(std::make_unique<impl>(std::move(cfg), std::move(h))) {}
 
-http_server::~http_server() { stop(); }
+server::~server() { stop(); }
 
-status http_server::start() {
+status server::start() {
   std::lock_guard lk(impl_->lifecycle_mu);
-  if (impl_->started) return internal_error("http_server already started");
-  if (!impl_->st->handler) return invalid_argument("http_server needs a handler");
+  if (impl_->started) return internal_error("server already started");
+  if (!impl_->st->handler) return invalid_argument("server needs a handler");
 
   const auto& cfg = impl_->st->cfg;
   beast::error_code ec;
@@ -963,7 +1075,7 @@ status http_server::start() {
   return {};
 }
 
-void http_server::stop() {
+void server::stop() {
   std::lock_guard lk(impl_->lifecycle_mu);
   if (!impl_->started || impl_->stopped) {
     impl_->stopped = true;
@@ -1028,16 +1140,18 @@ void http_server::stop() {
   }
 }
 
-uint16_t http_server::port() const { return impl_->port; }
+uint16_t server::port() const { return impl_->port; }
 
-void http_server::begin_drain() {
+void server::begin_drain() {
   if (impl_->st) impl_->st->draining = true;
 }
 
-size_t http_server::open_connections() const {
+uint64_t server::refused_connections() const { return impl_->st ? impl_->st->refused.load() : 0; }
+
+size_t server::open_connections() const {
   if (!impl_->st) return 0;
   std::lock_guard lk(impl_->st->mu);
   return impl_->st->sessions.size();
 }
 
-}  // namespace kstate::server
+}  // namespace kstate::http

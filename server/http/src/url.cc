@@ -1,4 +1,4 @@
-#include "server/url.h"
+#include "http/url.h"
 
 #include <boost/url/encoding_opts.hpp>
 #include <boost/url/parse.hpp>
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace kstate::server {
+namespace kstate::http {
 namespace {
 
 // Bytes that RFC 3986 forbids in a path or query but that real clients send
@@ -44,7 +44,7 @@ std::string lenient_escape(std::string_view target) {
 
 }  // namespace
 
-status parse_target(std::string_view target, http_request& req) {
+status parse_target(std::string_view target, request& req) {
   // Origin-form only ("/path?query"): that is what clients send to an origin server.
   // The grammar requires a leading '/', so "x/y", "*" and absolute-form are rejected.
   if (target.empty() || target.front() != '/') {
@@ -87,4 +87,4 @@ status parse_target(std::string_view target, http_request& req) {
   return {};
 }
 
-}  // namespace kstate::server
+}  // namespace kstate::http

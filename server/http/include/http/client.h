@@ -1,15 +1,15 @@
 #pragma once
-// peer_client: the HTTP/1.1 client one kstate instance uses to forward a request to the
-// instance that owns the key (Boost.Beast on Asio, kept inside peer_client.cc like the
-// server keeps Beast inside http_server.cc).
+// client: the HTTP/1.1 client one kstate instance uses to forward a request to the
+// instance that owns the key (Boost.Beast on Asio, kept inside client.cc like the
+// server keeps Beast inside server.cc).
 //
 // Connections are pooled per endpoint and kept alive between requests, so forwarding
 // costs one request/response on an open socket, not a TCP handshake each time.
 //
-// Ownership and threads: the caller owns the peer_client. It runs its own io_context on
+// Ownership and threads: the caller owns the client. It runs its own io_context on
 // `threads` I/O threads, started by the constructor and joined by the destructor. Every
 // `done` callback runs on one of those threads, so it must not block for long (post
-// heavy work elsewhere), and it must not destroy the peer_client. All member functions
+// heavy work elsewhere), and it must not destroy the client. All member functions
 // are thread-safe; send() may be called from any thread (a done callback included),
 // but not concurrently with or after the destructor, except from a done callback
 // (which then gets unavailable).
@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "core/status.h"
-#include "server/http.h"
+#include "http/message.h"
 
-namespace kstate::server {
+namespace kstate::http {
 
-struct peer_client_config {
+struct client_config {
   // I/O threads of the client's own io_context (values below 1 mean 1).
   int threads = 1;
   // Longest time resolving and connecting may take before the peer counts as
@@ -61,7 +61,7 @@ struct peer_client_config {
   std::string tls_key_file;
 };
 
-struct peer_request {
+struct client_request {
   // Request method, an RFC 9110 token.
   std::string method = "GET";
   // Origin-form target, e.g. "/v1/stores/s/keys/k%2F1?key_format=string": must start
@@ -89,15 +89,15 @@ struct peer_request {
 //   resource_exhausted  the response was over max_response_bytes (or its header block
 //                       over 64 KiB)
 //   io_error            the peer sent something that is not HTTP/1.1
-class peer_client {
+class client {
  public:
-  explicit peer_client(peer_client_config cfg);
+  explicit client(client_config cfg);
   // Stops: requests still in flight complete at once with unavailable, then the I/O
   // threads are joined (a host name still being resolved is waited for: getaddrinfo
   // cannot be interrupted). Must not run on one of the client's own threads.
-  ~peer_client();
-  peer_client(const peer_client&) = delete;
-  peer_client& operator=(const peer_client&) = delete;
+  ~client();
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
 
   // Sends `req` to `endpoint` ("http://host:port" or "https://host:port"; a host name is resolved, a numeric
   // address is used as is). Never blocks and never calls `done` inline: `done` is called
@@ -105,7 +105,7 @@ class peer_client {
   // status (see above); an empty `done` makes the call a no-op. The response's `headers`
   // hold every header except Content-Type (in `content_type`, empty when absent) and the
   // hop-by-hop ones; a chunked body is decoded and returned whole.
-  void send(const std::string& endpoint, peer_request req, std::function<void(result<http_response>)> done);
+  void send(const std::string& endpoint, client_request req, std::function<void(result<response>)> done);
 
   // Idle pooled connections to `endpoint` right now (0 for an invalid endpoint). For
   // tests and metrics.
@@ -121,4 +121,4 @@ class peer_client {
   std::unique_ptr<impl> impl_;
 };
 
-}  // namespace kstate::server
+}  // namespace kstate::http
