@@ -62,8 +62,8 @@ std::optional<std::pair<std::string, int32_t>> engine::locate(std::string_view s
 
 template <typename T>
 std::optional<query_result<T>> engine::held_key_partition(std::string_view store, std::string_view key,
-                                                          const view_def*& view, storage::view_id& vid,
-                                                          int32_t& partition) const {
+                                                          std::optional<int32_t> located, const view_def*& view,
+                                                          storage::view_id& vid, int32_t& partition) const {
   using R = query_result<T>;
   view = find_store(store);
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
@@ -74,7 +74,7 @@ std::optional<query_result<T>> engine::held_key_partition(std::string_view store
   vid = *id;
   int32_t count = ownership_.partition_count(view->topic);
   if (count <= 0) return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
-  partition = part_fn->second(key, count);
+  partition = located ? *located : part_fn->second(key, count);
   return require_partition<T>(*view, partition);
 }
 
@@ -82,7 +82,7 @@ query_result<key_answer> engine::get(const key_query& q) const {
   const view_def* view = nullptr;
   storage::view_id vid = 0;
   int32_t partition = -1;
-  if (auto f = held_key_partition<key_answer>(q.store, q.key, view, vid, partition)) return *f;
+  if (auto f = held_key_partition<key_answer>(q.store, q.key, q.partition, view, vid, partition)) return *f;
   return read_key(vid, partition, q.key, false);
 }
 
@@ -91,7 +91,7 @@ query_result<window_answer> engine::windows(const window_query& q) const {
   const view_def* view = nullptr;
   storage::view_id vid = 0;
   int32_t partition = -1;
-  if (auto f = held_key_partition<window_answer>(q.store, q.key, view, vid, partition)) return *f;
+  if (auto f = held_key_partition<window_answer>(q.store, q.key, q.partition, view, vid, partition)) return *f;
   if (!view->window) return R::fail(failure_reason::store_exception, "store '" + q.store + "' is not windowed");
 
   const window_spec& w = *view->window;
@@ -106,7 +106,7 @@ query_result<window_answer> engine::windows(const window_query& q) const {
   auto snap = db_.read_snapshot();
   auto pos = snap->position(vid, partition);
   if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
-  a.pos[partition] = pos.value().value_or(0);
+  a.pos.set(partition, pos.value().value_or(0));
   if (lowest >= q.to) return R::success(std::move(a));
   auto it = snap->scan(vid, partition, encode_windowed_key(q.key, lowest), encode_windowed_key(q.key, q.to), false,
                        storage::scan_use::page);
@@ -137,7 +137,7 @@ query_result<key_answer> engine::read_key(storage::view_id view, int32_t partiti
     a.value->erase(0, a.value->size() - f->value.size());
   }
   a.partition = partition;
-  a.pos[partition] = got->position.value_or(0);
+  a.pos.set(partition, got->position.value_or(0));
   return R::success(std::move(a));
 }
 
@@ -179,10 +179,10 @@ query_result<batch_answer> engine::get_many(std::string_view store, const std::v
       e.value = std::string(f->value);
       e.offset = f->offset;
     }
-    if (!a.pos.count(e.partition)) {
+    if (!a.pos.covers(e.partition)) {
       auto pos = snap->position(*vid, e.partition);
       if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
-      a.pos[e.partition] = pos->value_or(0);
+      a.pos.set(e.partition, pos->value_or(0));
     }
     a.entries.push_back(std::move(e));
   }
@@ -225,7 +225,7 @@ class merged_range final : public range_stream {
         error_ = pos.error();
         return;
       }
-      pos_[p] = pos->value_or(0);
+      pos_.set(p, pos->value_or(0));
       if (empty) continue;
       its_.push_back(snap_->scan(view, p, lower, upper, descending, use));
       parts_.push_back(p);
@@ -315,8 +315,8 @@ query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query
 query_result<range_answer> engine::range(const range_query& q, size_t limit) const {
   using R = query_result<range_answer>;
   auto opened = open_range(q, storage::scan_use::page);
-  if (!opened.ok()) return R::fail(*opened.failure, opened.message);
-  auto& s = **opened.answer;
+  if (!opened.ok()) return opened.as<range_answer>();
+  auto& s = *opened.answer();
   range_answer a;
   a.entries.reserve(std::min<size_t>(limit + 1, 1024));
   s.next(a.entries, limit + 1);  // one more than asked tells whether more exist
@@ -342,8 +342,8 @@ query_result<window_range_answer> engine::window_range(const window_range_query&
   if (stored.from) stored.from = windowed_key_prefix(*stored.from);
   if (stored.to) stored.to = windowed_key_prefix(*stored.to);
   auto opened = open_range(stored, storage::scan_use::page);
-  if (!opened.ok()) return R::fail(*opened.failure, opened.message);
-  auto& s = **opened.answer;
+  if (!opened.ok()) return opened.as<window_range_answer>();
+  auto& s = *opened.answer();
 
   // Stream time of each partition, read once per page.
   std::map<int32_t, int64_t> stream_time;
@@ -410,7 +410,7 @@ query_result<count_answer> engine::count(std::string_view store, uint64_t exact_
   for (int32_t p : parts) {
     auto pos = snap->position(*vid, p);
     if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
-    a.pos[p] = pos->value_or(0);
+    a.pos.set(p, pos->value_or(0));
   }
   if (stats->estimated_keys > exact_limit) {
     // RocksDB estimates the whole column family; a part answers its share.
@@ -441,7 +441,7 @@ query_result<position> engine::current_position(std::string_view store) const {
     if (!st.assigned) continue;
     auto pos = snap->position(*vid, p);
     if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
-    out[p] = pos->value_or(0);
+    out.set(p, pos->value_or(0));
   }
   return R::success(std::move(out));
 }
@@ -456,7 +456,7 @@ query_result<bool> engine::reached(std::string_view store, const position& bound
   for (const auto& [p, offset] : bound) {
     if (auto f = require_partition<bool>(*view, p)) {
       // A partition still catching up may reach the bound; one not held here never will.
-      if (f->failure == failure_reason::not_active) return *f;
+      if (f->failure() == failure_reason::not_active) return *f;
     }
     auto pos = snap->position(*vid, p);
     if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());

@@ -10,10 +10,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
 #include "ingest/engine.h"
+#include "ingest/group_secret.h"
 #include "core/notifier.h"
 #include "ingest/membership.h"
 #include "ingest/partitioner.h"
@@ -58,6 +60,17 @@ status secure_state_dir(const std::string& path) {
 
 namespace {
 std::string scheme_of(const app_config& c) { return c.http.tls.enabled() ? "https://" : "http://"; }
+
+// The peer secret from a file: its first line, at least 16 bytes.
+result<std::string> read_secret_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return invalid_argument("peer_secret_file '" + path + "': cannot be read");
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.size() < 16) return invalid_argument("peer_secret_file '" + path + "': the secret must be at least 16 bytes");
+  return line;
+}
 }  // namespace
 
 struct app::impl {
@@ -69,6 +82,7 @@ struct app::impl {
   std::unique_ptr<http::client> peers;
   std::unique_ptr<ingest::standby_engine> standby;
   change_notifier notifier;
+  std::shared_ptr<peer_secret> secret = std::make_shared<peer_secret>();
   std::atomic<bool> draining{false};
   std::unique_ptr<storage::db> db;
   std::unique_ptr<query::engine> queries;
@@ -119,7 +133,7 @@ status app::start() {
   if (auto id = i.db->instance_id(); id.ok()) i.cfg.ingest.instance_id = id.value();
   else return id.error();
   i.queries = std::make_unique<query::engine>(i.cfg.views, *i.db, i.ownership, std::move(partitioners));
-  i.waiter = std::make_unique<query::freshness_waiter>(*i.queries, i.notifier);
+  i.waiter = std::make_unique<query::freshness_waiter>(*i.queries, i.notifier, i.cfg.waits);
 
   api_context ctx;
   ctx.queries = i.queries.get();
@@ -138,6 +152,7 @@ status app::start() {
     return invalid_argument("http.tls: instances could not forward to each other: " + i.peers->tls_error());
   ctx.membership = &i.membership;
   ctx.peers = i.peers.get();
+  ctx.secret = i.secret;
   ctx.group = i.cfg.application_id;
   ctx.standby_replicas = i.cfg.standby_replicas;
   auto* standby_slot = &i.standby;
@@ -163,6 +178,7 @@ status app::start() {
   // The server is created after the context that reports its connections.
   auto* http_slot = &i.http;
   ctx.open_connections = [http_slot] { return *http_slot ? (*http_slot)->open_connections() : size_t{0}; };
+  ctx.refused_connections = [http_slot] { return *http_slot ? (*http_slot)->refused_connections() : uint64_t{0}; };
   auto http_cfg = i.cfg.http;
   http_cfg.render_error = render_server_error;  // the server's own errors in kstate's scheme
   i.http = std::make_unique<http::server>(std::move(http_cfg), with_cors(i.cfg.cors, make_api_handler(std::move(ctx))));
@@ -181,6 +197,20 @@ status app::start() {
   i.cfg.ingest.before_assign = [standby_slot](const std::vector<std::pair<std::string, int32_t>>& parts) {
     if (*standby_slot) (*standby_slot)->release(parts);
   };
+  // The secret the instances sign their requests to each other with: from a file, or
+  // the group's own in Kafka. Without it this instance answers what it holds and
+  // refuses the rest with 503, so an error here does not stop it.
+  if (!i.cfg.peer_secret_file.empty()) {
+    auto secret = read_secret_file(i.cfg.peer_secret_file);
+    if (!secret.ok()) return secret.error();
+    i.secret->set(std::move(*secret));
+  } else if (auto secret = ingest::read_group_secret(i.cfg.ingest, i.cfg.ingest.startup_timeout); secret.ok()) {
+    i.secret->set(std::move(*secret));
+  } else {
+    spdlog::error("no secret shared with the other instances ({}): requests for partitions held elsewhere will be "
+                  "answered 503 (set peer_secret_file, or allow kstate to create and read the topic {})",
+                  secret.error().message(), ingest::group_secret_topic(i.cfg.application_id));
+  }
   i.ingest = std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(),
                                               &i.notifier);
   {

@@ -286,7 +286,8 @@ app_config parse(const YAML::Node& root) {
   if (!root || root.IsNull()) fail("", "the configuration is empty");
   check_keys(root, "", {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest",
                         "rocksdb", "kafka", "views", "query", "standby_replicas", "auth",
-                        "processing_guarantee"});
+                        "processing_guarantee", "peer_secret_file"});
+  if (root["peer_secret_file"]) c.peer_secret_file = get_string(root["peer_secret_file"], "peer_secret_file");
   if (root["processing_guarantee"]) {
     auto g = get_string(root["processing_guarantee"], "processing_guarantee");
     if (g == "exactly_once") c.ingest.exactly_once = true;
@@ -350,7 +351,18 @@ app_config parse(const YAML::Node& root) {
   }
   if (auto q = root["query"]) {
     check_keys(q, "query", {"default_limit", "max_limit", "max_batch_keys", "max_concurrent_scans",
-                            "exact_count_limit", "default_wait_ms", "max_wait_ms"});
+                            "exact_count_limit", "default_wait_ms", "max_wait_ms", "max_response_bytes",
+                            "max_waiting_requests", "max_waiting_mb", "worker_threads", "max_queued_work"});
+    if (q["max_response_bytes"])
+      c.query.max_response_bytes =
+          get_number<std::size_t>(q["max_response_bytes"], "query.max_response_bytes", 1024, std::size_t{1} << 32);
+    if (q["max_waiting_requests"])
+      c.waits.max_waiters = get_number<std::size_t>(q["max_waiting_requests"], "query.max_waiting_requests", 1, 1'000'000);
+    if (q["max_waiting_mb"])
+      c.waits.max_bytes = get_number<std::size_t>(q["max_waiting_mb"], "query.max_waiting_mb", 1, 1 << 20) << 20;
+    if (q["worker_threads"]) c.query.worker_threads = get_number<int>(q["worker_threads"], "query.worker_threads", 1, 256);
+    if (q["max_queued_work"])
+      c.query.max_queued_work = get_number<std::size_t>(q["max_queued_work"], "query.max_queued_work", 1, 1'000'000);
     if (q["max_limit"]) c.query.max_limit = get_number<uint32_t>(q["max_limit"], "query.max_limit", 1, 1'000'000);
     if (q["default_limit"])
       c.query.default_limit = get_number<uint32_t>(q["default_limit"], "query.default_limit", 1, c.query.max_limit);
@@ -590,6 +602,7 @@ std::string render_config(const app_config& c) {
   e << YAML::Key << "state_dir" << YAML::Value << c.state_dir;
   e << YAML::Key << "advertised_endpoint" << YAML::Value << c.advertised_endpoint;
   e << YAML::Key << "standby_replicas" << YAML::Value << c.standby_replicas;
+  if (!c.peer_secret_file.empty()) e << YAML::Key << "peer_secret_file" << YAML::Value << c.peer_secret_file;
   e << YAML::Key << "processing_guarantee" << YAML::Value << (c.ingest.exactly_once ? "exactly_once" : "at_least_once");
   e << YAML::Key << "http" << YAML::Value << YAML::BeginMap
     << YAML::Key << "listen" << YAML::Value << (c.http.listen_address + ":" + std::to_string(c.http.port))
@@ -629,7 +642,12 @@ std::string render_config(const app_config& c) {
     << YAML::Key << "max_concurrent_scans" << YAML::Value << c.query.max_concurrent_scans
     << YAML::Key << "exact_count_limit" << YAML::Value << c.query.exact_count_limit
     << YAML::Key << "default_wait_ms" << YAML::Value << c.query.default_wait.count()
-    << YAML::Key << "max_wait_ms" << YAML::Value << c.query.max_wait.count() << YAML::EndMap;
+    << YAML::Key << "max_wait_ms" << YAML::Value << c.query.max_wait.count()
+    << YAML::Key << "max_response_bytes" << YAML::Value << c.query.max_response_bytes
+    << YAML::Key << "max_waiting_requests" << YAML::Value << c.waits.max_waiters
+    << YAML::Key << "max_waiting_mb" << YAML::Value << (c.waits.max_bytes >> 20)
+    << YAML::Key << "worker_threads" << YAML::Value << c.query.worker_threads
+    << YAML::Key << "max_queued_work" << YAML::Value << c.query.max_queued_work << YAML::EndMap;
   e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap
     << YAML::Key << "max_batch_records" << YAML::Value << c.ingest.max_batch_records
     << YAML::Key << "max_batch_delay_ms" << YAML::Value << c.ingest.max_batch_delay.count()

@@ -26,6 +26,7 @@ constexpr row table[] = {
     {failure_reason::bad_position, "bad_position", {400, 40006, "Bad position"}},
     {failure_reason::unknown_parameter, "unknown_parameter", {400, 40007, "Unknown parameter"}},
     {failure_reason::bad_body, "bad_body", {400, 40008, "Bad request body"}},
+    {failure_reason::answer_too_large, "answer_too_large", {400, 40009, "Answer too large"}},
     {failure_reason::method_not_allowed, "method_not_allowed", {405, 40501, "Method not allowed"}},
     {failure_reason::not_acceptable, "not_acceptable", {406, 40601, "Not acceptable"}},
     {failure_reason::payload_too_large, "payload_too_large", {413, 41301, "Payload too large"}},
@@ -39,11 +40,14 @@ constexpr row table[] = {
     {failure_reason::position_not_reached, "position_not_reached", {503, 50304, "Position not reached"}},
     {failure_reason::scan_capacity, "scan_capacity", {503, 50305, "Too many scans"}},
     {failure_reason::too_many_connections, "too_many_connections", {503, 50306, "Too many connections"}},
+    {failure_reason::too_many_waits, "too_many_waits", {503, 50307, "Too many waiting requests"}},
+    {failure_reason::busy, "busy", {503, 50308, "Server busy"}},
     {failure_reason::unauthenticated, "unauthenticated", {401, 40101, "Unauthenticated"}},
     {failure_reason::forbidden, "forbidden", {403, 40301, "Forbidden"}},
+    {failure_reason::bad_peer, "bad_peer", {401, 40102, "Peer authentication failed"}},
 };
 
-constexpr std::size_t internal_row = 17;
+constexpr std::size_t internal_row = 18;
 static_assert(table[internal_row].reason == failure_reason::internal);
 
 const row& lookup(failure_reason r) noexcept {
@@ -57,6 +61,8 @@ const row& lookup(failure_reason r) noexcept {
 }  // namespace
 
 failure_info describe(failure_reason r) noexcept { return lookup(r).info; }
+
+std::string_view name_of(failure_reason r) noexcept { return lookup(r).name; }
 
 http::response problem(failure_reason r, std::string_view detail, std::string_view instance, int retry_after_s) {
   const row& x = lookup(r);

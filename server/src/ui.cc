@@ -9,6 +9,8 @@
 #include <system_error>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "server/problem.h"
 
 namespace kstate::server {
@@ -102,11 +104,13 @@ http::response file_response(const http::request& req, std::string body, std::st
 
 http::response index_response(const http::request& req, const fs::path& root) {
   auto body = read_file(root / "index.html");
-  if (!body)
-    return problem(failure_reason::route_not_found,
-                   "the dashboard is not built: " + (root / "index.html").string() +
-                       " is missing (scripts/demo and scripts/test build it; or run npm ci && npm run build in web/)",
-                   req.path);
+  if (!body) {
+    // Where the files are is the operator's business, not the caller's: the log says.
+    spdlog::warn("the dashboard is not built: {} is missing (scripts/demo and scripts/test build it; or run npm ci "
+                 "&& npm run build in web/)",
+                 (root / "index.html").string());
+    return problem(failure_reason::route_not_found, "the dashboard is not built on this instance", req.path);
+  }
   auto r = file_response(req, std::move(*body), "text/html; charset=utf-8", "no-cache");
   // The page talks only to this origin; nothing else may be loaded or framed.
   r.with_header("Content-Security-Policy",

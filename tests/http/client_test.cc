@@ -338,10 +338,10 @@ TEST_CASE("a handler slower than the deadline gives deadline_exceeded near the d
 
 namespace {
 // NDJSON lines produced piece by piece, as a scan would.
-class ndjson_lines : public body_source {
+class ndjson_lines : public sync_body_source {
  public:
   explicit ndjson_lines(int n) : n_(n) {}
-  bool next(std::string& out) override {
+  bool produce(std::string& out) override {
     out += line(i_++);
     return i_ < n_;
   }

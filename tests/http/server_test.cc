@@ -765,7 +765,7 @@ namespace {
 
 // Hands out `pieces` numbered lines, one per next() call; counts the calls and reports
 // its own destruction (a real source holds a RocksDB snapshot until destroyed).
-struct counting_source : body_source {
+struct counting_source : sync_body_source {
   struct probe {
     std::atomic<int> calls{0};
     std::atomic<bool> destroyed{false};
@@ -774,7 +774,7 @@ struct counting_source : body_source {
       : probe_(std::move(p)), pieces_(pieces), piece_bytes_(piece_bytes), throw_at_(throw_at) {}
   ~counting_source() override { probe_->destroyed = true; }
 
-  bool next(std::string& out) override {
+  bool produce(std::string& out) override {
     const int i = probe_->calls++;
     if (i == throw_at_) throw std::runtime_error("storage failed mid-scan");
     if (piece_bytes_ > 0) {
@@ -873,16 +873,16 @@ TEST_CASE("stream: the body ends with the terminating chunk on the wire") {
 }
 
 TEST_CASE("stream: empty pieces are skipped; a source that only returns empty pieces is cut off") {
-  struct gappy : body_source {
+  struct gappy : sync_body_source {
     int i = 0;
-    bool next(std::string& out) override {
+    bool produce(std::string& out) override {
       ++i;
       if (i % 3 == 0) out = "x" + std::to_string(i);
       return i < 30;
     }
   };
-  struct stuck : body_source {
-    bool next(std::string&) override { return true; }
+  struct stuck : sync_body_source {
+    bool produce(std::string&) override { return true; }
   };
   running_server srv({}, [](const request& req) {
     response r;

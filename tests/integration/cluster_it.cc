@@ -186,21 +186,47 @@ TEST_CASE("two instances: keys, ranges, counts and batches through either instan
     CHECK(r->status == 400);
   }
 
-  // A forwarded request is never forwarded again: a non-owner answers 503.
+  // Only the instances of the group speak the internal dialect: a request marked as a
+  // hop must carry a signature made with the group's secret (kept in Kafka).
   http_client c(a.port());
-  int refused = 0;
+  {
+    auto unsigned_hop = c.get("/v1/stores/s/keys/user-1", {{"X-Kstate-Hop", "1"}});
+    REQUIRE(unsigned_hop);
+    CHECK(unsigned_hop->status == 401);
+    CHECK(unsigned_hop->body_json()["error_code"] == 40102);
+    const std::string target = "/v1/stores/s/keys/user-1";
+    auto forged = c.get(target, {{"X-Kstate-Hop", "1"},
+                                 {"X-Kstate-Peer", peer_signature("not the group's secret!", "GET", target, "")}});
+    REQUIRE(forged);
+    CHECK(forged->status == 401);
+    // Internal parameters are refused from clients on every route that has them.
+    auto internal = c.get("/v1/stores/s/count?partitions=0");
+    REQUIRE(internal);
+    CHECK(internal->status == 400);
+  }
+  // A forwarded request is never forwarded again: a non-owner answers 503.
+  const auto secrets = consume_all(app + "-peer-secret", 1);
+  REQUIRE(secrets.size() == 1);
+  REQUIRE(secrets[0].value);
+  const std::string secret = *secrets[0].value;
+  int refused = 0, answered = 0;
   for (int k = 0; k < 50; ++k) {
-    auto r = c.get("/v1/stores/s/keys/user-" + std::to_string(k), {{"X-Kstate-Hop", "1"}});
+    const std::string target = "/v1/stores/s/keys/user-" + std::to_string(k);
+    auto r = c.get(target, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", peer_signature(secret, "GET", target, "")}});
     REQUIRE(r);
     if (r->status == 503) {
       CHECK(r->body_json()["error_code"] == 50302);
       CHECK(r->headers.count("retry-after") == 1);
+      CHECK(r->headers.count("x-kstate-forwarded-to") == 0);
       ++refused;
     } else {
       CHECK(r->status != 500);
+      CHECK(r->status != 401);
+      ++answered;
     }
   }
   CHECK(refused > 0);
+  CHECK(answered > 0);
 
   // The key metadata names the owner.
   auto m = c.get("/v1/stores/s/keys/user-7/metadata");

@@ -1,5 +1,9 @@
 #include "support.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -477,6 +481,30 @@ void apply_record(table_model& m, const produced& r) {
   if (!r.key) return;
   if (r.value) m[*r.key] = *r.value;
   else m.erase(*r.key);
+}
+
+std::string peer_signature(const std::string& secret, const std::string& method, const std::string& target,
+                           const std::string& body) {
+  auto hex = [](const unsigned char* p, size_t n) {
+    std::string out;
+    char buf[3];
+    for (size_t i = 0; i < n; ++i) {
+      std::snprintf(buf, sizeof buf, "%02x", p[i]);
+      out += buf;
+    }
+    return out;
+  };
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(body.data()), body.size(), digest);
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  const std::string msg = "v1\n" + std::to_string(now) + "\n" + method + "\n" + target + "\n" + hex(digest, sizeof digest);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(msg.data()),
+       msg.size(), mac, &len);
+  return "v1;t=" + std::to_string(now) + ";s=" + hex(mac, len);
 }
 
 }  // namespace kstate::testing

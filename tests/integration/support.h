@@ -98,6 +98,13 @@ class http_client {
   int fd_ = -1;
 };
 
+// The X-Kstate-Peer value another instance of a group would send with a request:
+// "v1;t=<unix ms>;s=<hex HMAC-SHA256(secret, "v1\n<t>\n<method>\n<target>\n<hex
+// SHA-256(body)>")>", the signature scheme of server/src/api/peer_auth.h, written out
+// here on its own so the test checks the server against the documented scheme.
+std::string peer_signature(const std::string& secret, const std::string& method, const std::string& target,
+                           const std::string& body);
+
 // Percent-encodes every byte outside the unreserved set (RFC 3986).
 std::string pct(const std::string& s);
 

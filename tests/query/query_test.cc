@@ -127,13 +127,13 @@ TEST_CASE("ranges merge all partitions into one byte order, equal to a sorted mo
     for (;;) {
       auto page = f.q->range(rq, 3);
       REQUIRE(page.ok());
-      for (auto& e : page.answer->entries) {
+      for (auto& e : page.answer().entries) {
         got.emplace_back(e.key, e.value);
         CHECK(e.partition == fixture::part(e.key, fixture::partitions));
       }
-      CHECK(page.answer->pos.size() == static_cast<size_t>(fixture::partitions));
-      if (!page.answer->more) break;
-      rq.after = page.answer->entries.back().key;
+      CHECK(page.answer().pos.size() == static_cast<size_t>(fixture::partitions));
+      if (!page.answer().more) break;
+      rq.after = page.answer().entries.back().key;
     }
     CHECK(got == want);
   }
@@ -143,30 +143,30 @@ TEST_CASE("count, batch get and positions") {
   fixture f;
   auto c = f.q->count("s", 1'000'000);
   REQUIRE(c.ok());
-  CHECK(c.answer->exact);
-  CHECK(c.answer->count == f.model.size());
+  CHECK(c.answer().exact);
+  CHECK(c.answer().count == f.model.size());
   auto approx = f.q->count("s", 0);
   REQUIRE(approx.ok());
-  CHECK_FALSE(approx.answer->exact);
+  CHECK_FALSE(approx.answer().exact);
 
   std::vector<std::string> keys{f.model.begin()->first, "\xff\xff\xff\xff\xff\xff\xff-absent"};
   auto b = f.q->get_many("s", keys);
   REQUIRE(b.ok());
-  REQUIRE(b.answer->entries.size() == 2);
-  CHECK(b.answer->entries[0].value == f.model.begin()->second);
-  CHECK_FALSE(b.answer->entries[1].value);
+  REQUIRE(b.answer().entries.size() == 2);
+  CHECK(b.answer().entries[0].value == f.model.begin()->second);
+  CHECK_FALSE(b.answer().entries[1].value);
 
-  CHECK(f.q->reached("s", {{2, 101}}).answer == true);   // position 102: offset 101 applied
-  CHECK(f.q->reached("s", {{2, 102}}).answer == false);
-  CHECK(f.q->range({.store = "nope"}, 1).failure == failure_reason::unknown_query_store);
+  CHECK(f.q->reached("s", {{2, 101}}).answer() == true);   // position 102: offset 101 applied
+  CHECK(f.q->reached("s", {{2, 102}}).answer() == false);
+  CHECK(f.q->range({.store = "nope"}, 1).failure() == failure_reason::unknown_query_store);
 }
 
 TEST_CASE("a range over partitions not held here fails instead of answering partially") {
   fixture f;
   f.owner.revoke("t", 3);
   auto r = f.q->range({.store = "s"}, 10);
-  CHECK(r.failure == failure_reason::not_active);
-  CHECK(f.q->count("s", 1'000'000).failure == failure_reason::not_active);
+  CHECK(r.failure() == failure_reason::not_active);
+  CHECK(f.q->count("s", 1'000'000).failure() == failure_reason::not_active);
 }
 
 TEST_CASE("windows of a key range: key bytes then start across partitions, overlap and expiry, resumable") {
@@ -234,16 +234,16 @@ TEST_CASE("windows of a key range: key bytes then start across partitions, overl
         REQUIRE(pages < 1000);
         auto page = q.window_range(wq, 4);
         REQUIRE(page.ok());
-        CHECK(page.answer->entries.size() <= 4);
-        CHECK(page.answer->pos.size() == static_cast<size_t>(partitions));
-        for (auto& e : page.answer->entries) {
+        CHECK(page.answer().entries.size() <= 4);
+        CHECK(page.answer().pos.size() == static_cast<size_t>(partitions));
+        for (auto& e : page.answer().entries) {
           got.emplace_back(e.key, e.window.start, e.window.value, e.partition);
           CHECK(e.window.end == e.window.start + 10);
           CHECK(e.stored_key == encode_windowed_key(e.key, e.window.start));
         }
-        if (!page.answer->more) break;
-        CHECK(page.answer->entries.size() == 4);
-        wq.range.after = page.answer->entries.back().stored_key;
+        if (!page.answer().more) break;
+        CHECK(page.answer().entries.size() == 4);
+        wq.range.after = page.answer().entries.back().stored_key;
       }
       CHECK(got == want);
       nonempty += !want.empty();
@@ -254,12 +254,12 @@ TEST_CASE("windows of a key range: key bytes then start across partitions, overl
     window_range_query part1{.range = {.store = "w", .partitions = std::vector<int32_t>{1}}, .from = 0, .to = 1000};
     auto only = q.window_range(part1, 1000);
     REQUIRE(only.ok());
-    for (auto& e : only.answer->entries) CHECK(e.partition == 1);
-    CHECK(only.answer->pos.size() == 1);
+    for (auto& e : only.answer().entries) CHECK(e.partition == 1);
+    CHECK(only.answer().pos.size() == 1);
     // Non-windowed and unknown stores fail.
-    CHECK(q.window_range({.range = {.store = "nope"}, .to = 10}, 1).failure == failure_reason::unknown_query_store);
+    CHECK(q.window_range({.range = {.store = "nope"}, .to = 10}, 1).failure() == failure_reason::unknown_query_store);
     owner.revoke("t", 2);
-    CHECK(q.window_range({.range = {.store = "w"}, .to = 10}, 1).failure == failure_reason::not_active);
+    CHECK(q.window_range({.range = {.store = "w"}, .to = 10}, 1).failure() == failure_reason::not_active);
   }
   std::filesystem::remove_all(dir);
 }

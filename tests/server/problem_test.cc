@@ -32,6 +32,7 @@ TEST_CASE("problem: every failure_reason maps to its status, error_code and body
       {failure_reason::bad_position, "bad_position", 400, 6},
       {failure_reason::unknown_parameter, "unknown_parameter", 400, 7},
       {failure_reason::bad_body, "bad_body", 400, 8},
+      {failure_reason::answer_too_large, "answer_too_large", 400, 9},
       {failure_reason::method_not_allowed, "method_not_allowed", 405, 1},
       {failure_reason::not_acceptable, "not_acceptable", 406, 1},
       {failure_reason::payload_too_large, "payload_too_large", 413, 1},
@@ -45,11 +46,14 @@ TEST_CASE("problem: every failure_reason maps to its status, error_code and body
       {failure_reason::position_not_reached, "position_not_reached", 503, 4},
       {failure_reason::scan_capacity, "scan_capacity", 503, 5},
       {failure_reason::too_many_connections, "too_many_connections", 503, 6},
+      {failure_reason::too_many_waits, "too_many_waits", 503, 7},
+      {failure_reason::busy, "busy", 503, 8},
       {failure_reason::unauthenticated, "unauthenticated", 401, 1},
       {failure_reason::forbidden, "forbidden", 403, 1},
+      {failure_reason::bad_peer, "bad_peer", 401, 2},
   };
-  // Every enumerator is in the table above: forbidden is the last one.
-  CHECK(std::size(rows) == static_cast<std::size_t>(failure_reason::forbidden) + 1);
+  // Every enumerator is in the table above: bad_peer is the last one.
+  CHECK(std::size(rows) == static_cast<std::size_t>(failure_reason::bad_peer) + 1);
 
   for (const auto& row : rows) {
     CAPTURE(row.name);
@@ -63,6 +67,7 @@ TEST_CASE("problem: every failure_reason maps to its status, error_code and body
     CHECK(res.content_type == "application/problem+json");
     const auto body = nlohmann::json::parse(res.body);
     CHECK(body.at("type") == std::string("/problems/") + row.name);
+    CHECK(name_of(row.reason) == row.name);
     CHECK(body.at("title") == std::string(info.title));
     CHECK(body.at("status") == row.status);
     CHECK(body.at("detail") == "what happened");

@@ -157,7 +157,7 @@ TEST_CASE("positions print with partitions in string order") {
   append_position(out, p);
   CHECK(out == dumped(j));
   position big;
-  for (int i = 0; i < 40; ++i) big[i * 7] = i * 1000;
+  for (int i = 0; i < 40; ++i) big.set(i * 7, i * 1000);
   json jb = json::object();
   for (const auto& [part, off] : big) jb[std::to_string(part)] = off;
   out.clear();

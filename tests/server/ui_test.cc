@@ -173,11 +173,13 @@ TEST_CASE("serve_ui: HEAD gets the headers without the body; other methods 405")
   CHECK(header(p, "Allow") == "GET, HEAD");
 }
 
-TEST_CASE("serve_ui: an unbuilt dashboard says how to build it") {
+TEST_CASE("serve_ui: an unbuilt dashboard is a 404 that does not reveal where the files are") {
   ui_fixture f;
   fs::remove(f.dir / "index.html");
   auto r = f.get("/ui/");
   CHECK(r.status == 404);
   CHECK(error_code(r) == 40403);
-  CHECK(r.body.find("npm run build") != std::string::npos);
+  CHECK(r.body.find("not built") != std::string::npos);
+  CHECK(r.body.find(f.dir.string()) == std::string::npos);
+  CHECK(r.body.find("index.html") == std::string::npos);
 }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "core/ownership.h"
@@ -31,6 +32,8 @@ const char* to_string(failure_reason r) noexcept;
 struct key_query {
   std::string store;
   std::string key;  // serialized key bytes, exactly as producers wrote them
+  // The key's partition when the caller located it already (locate()); else computed.
+  std::optional<int32_t> partition;
 };
 
 struct key_answer {
@@ -40,15 +43,35 @@ struct key_answer {
   position pos;                      // the key's partition -> next offset reflected
 };
 
+// The answer to a query, or why there is none. Never both, never neither.
 template <typename T>
-struct query_result {
-  std::optional<T> answer;
-  std::optional<failure_reason> failure;
-  std::string message;  // why it failed
+class [[nodiscard]] query_result {
+ public:
+  static query_result success(T a) { return query_result(std::move(a)); }
+  static query_result fail(failure_reason r, std::string m) { return query_result(failed{r, std::move(m)}); }
 
-  bool ok() const { return answer.has_value(); }
-  static query_result success(T a) { return {std::move(a), std::nullopt, {}}; }
-  static query_result fail(failure_reason r, std::string m) { return {std::nullopt, r, std::move(m)}; }
+  bool ok() const noexcept { return v_.index() == 0; }
+  // Preconditions: ok() for answer(), !ok() for failure() and message().
+  const T& answer() const& { return std::get<0>(v_); }
+  T& answer() & { return std::get<0>(v_); }
+  T&& answer() && { return std::get<0>(std::move(v_)); }
+  failure_reason failure() const { return std::get<1>(v_).reason; }
+  const std::string& message() const { return std::get<1>(v_).message; }
+
+  // The same failure as an answer of another type.
+  template <typename U>
+  query_result<U> as() const {
+    return query_result<U>::fail(failure(), message());
+  }
+
+ private:
+  struct failed {
+    failure_reason reason;
+    std::string message;
+  };
+  explicit query_result(T a) : v_(std::in_place_index<0>, std::move(a)) {}
+  explicit query_result(failed f) : v_(std::in_place_index<1>, std::move(f)) {}
+  std::variant<T, failed> v_;
 };
 
 // A range of keys, in serialized byte order across all partitions of the store.
@@ -112,6 +135,7 @@ struct batch_answer {
 struct window_query {
   std::string store;
   std::string key;  // serialized group key bytes
+  std::optional<int32_t> partition;  // the key's partition, when the caller located it
   int64_t from = 0;
   int64_t to = 0;
 };
@@ -239,8 +263,8 @@ class engine {
   // the partition is held current here.
   template <typename T>
   std::optional<query_result<T>> held_key_partition(std::string_view store, std::string_view key,
-                                                    const view_def*& view, storage::view_id& vid,
-                                                    int32_t& partition) const;
+                                                    std::optional<int32_t> located, const view_def*& view,
+                                                    storage::view_id& vid, int32_t& partition) const;
   // A key's value and its partition's position from one snapshot; with `need_copy`, a
   // partition never applied here is not_active.
   query_result<key_answer> read_key(storage::view_id view, int32_t partition, std::string_view key,

@@ -3,14 +3,19 @@
 //
 // A request with min_position registers here; one background thread re-checks the
 // registered bounds whenever ingest announces a write (change_notifier) and calls each
-// waiter back once its bound is reached or its deadline passes.
+// waiter back once its bound is reached, its deadline passes, or shutdown begins.
+//
+// Bounded: at most `max_waiters` waits at once, holding at most `max_bytes` (each wait
+// says how much it holds: the request it will answer). A wait beyond either is refused
+// at once, so a flood of waiting requests cannot grow memory; the caller answers 503.
 //
 // Thread safety: wait() may be called from any thread. Callbacks run on the waiter's
 // own thread, or (for a bound reached at once) inside wait(). The destructor answers
-// every pending waiter with `false` and joins the thread.
+// every pending waiter with shutting_down and joins the thread.
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <functional>
 #include <list>
 #include <mutex>
@@ -23,38 +28,61 @@
 
 namespace kstate::query {
 
+struct freshness_config {
+  // Waits registered at once. Default 10,000.
+  std::size_t max_waiters = 10'000;
+  // Bytes the registered waits may hold together (their requests). Default 64 MiB.
+  std::size_t max_bytes = 64u << 20;
+};
+
+enum class wait_outcome {
+  reached,        // every partition of the bound applied the offset it names
+  timed_out,      // the deadline passed first
+  not_here,       // a partition of the bound is not held here: it never will be reached here
+  shutting_down,  // the waiter is shutting down
+};
+
 class freshness_waiter {
  public:
   using clock = std::chrono::steady_clock;
-  // reached: true when the bound was reached, false at the deadline (or shutdown, or
-  // when the bound can never be reached here).
-  using callback = std::function<void(bool reached)>;
+  using callback = std::function<void(wait_outcome)>;
 
-  freshness_waiter(const engine& queries, change_notifier& notifier);
+  freshness_waiter(const engine& queries, change_notifier& notifier, freshness_config cfg = {});
   ~freshness_waiter();
   freshness_waiter(const freshness_waiter&) = delete;
   freshness_waiter& operator=(const freshness_waiter&) = delete;
 
-  void wait(std::string store, position bound, clock::time_point deadline, callback done);
-  // Answers every pending waiter with `false` now, and every later one at once.
+  // Calls `done` once `bound` is reached in `store` (or the deadline passes, ...).
+  // `bytes`: what the callback holds. False, without calling `done`, when the limits
+  // are reached (max_waiters, max_bytes).
+  [[nodiscard]] bool wait(std::string store, position bound, clock::time_point deadline, std::size_t bytes,
+                          callback done);
+  // Answers every pending waiter with shutting_down now, and every later one at once.
   void shutdown();
   size_t pending() const;
+  // Waits refused at the limits since start.
+  uint64_t refused() const;
 
  private:
   struct waiter {
     std::string store;
     position bound;
     clock::time_point deadline;
+    std::size_t bytes;
     callback done;
   };
   void run();
   // nullopt: keep waiting; otherwise the answer.
-  std::optional<bool> check(const waiter& w) const;
+  std::optional<wait_outcome> check(const waiter& w) const;
 
   const engine& queries_;
+  const freshness_config cfg_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::list<waiter> waiters_;
+  std::list<waiter> waiters_;   // guarded by mu_
+  std::size_t held_ = 0;        // waiters' bytes (including those being checked), guarded by mu_
+  std::size_t in_flight_ = 0;   // waiters taken out for a check, guarded by mu_
+  uint64_t refused_ = 0;        // guarded by mu_
   uint64_t changes_ = 0;
   bool stopping_ = false;
   std::thread thread_;

@@ -716,19 +716,39 @@ class session : public session_base {
     next_piece();
   }
 
+  // Asks the source for the next piece. The source answers from any thread, possibly
+  // much later (it may read a store or ask other servers); the answer comes back to the
+  // strand through on_piece(). The deadline covers the wait: a source that stalls is cut
+  // off like a client that stops reading.
   void next_piece() {
-    piece_.clear();
-    bool more = false;
+    set_deadline(st_->cfg.read_timeout);
+    auto ex = stream_.get_executor();
     try {
-      more = source_->next(piece_);
+      source_->next([self = self(), ex](body_source::piece p) {
+        net::post(ex, [self, p = std::move(p)]() mutable { self->on_piece(std::move(p)); });
+      });
     } catch (const std::exception& e) {
       log()->error("request {}: streamed response aborted, body source threw: {}", cur_.request_id, e.what());
-      return abort_stream("source failed");
+      abort_stream("source failed");
     } catch (...) {
       log()->error("request {}: streamed response aborted, body source threw a non-std exception", cur_.request_id);
+      abort_stream("source failed");
+    }
+  }
+
+  void on_piece(body_source::piece p) {
+    if (!source_) return;  // aborted while the piece was being made
+    if (closed_) {
+      // The deadline passed while the source worked: nobody to write to.
+      release_stream();
+      log_request("stalled");
+      return;
+    }
+    if (p.failed) {
+      log()->error("request {}: streamed response aborted: its body source failed", cur_.request_id);
       return abort_stream("source failed");
     }
-    if (piece_.empty() && more) {
+    if (p.data.empty() && p.more) {
       // Nothing to write yet. Yield the strand before asking again, so other work on
       // this thread runs in between; a source that keeps doing this is broken.
       if (++empty_pieces_ > max_empty_pieces) {
@@ -740,11 +760,12 @@ class session : public session_base {
       return;
     }
     empty_pieces_ = 0;
-    if (!more) source_.reset();  // the body is complete: release the source (and its snapshot) now
+    piece_ = std::move(p.data);
+    if (!p.more) source_.reset();  // the body is complete: release the source (and its snapshot) now
     auto& body = sres_->body();
     body.data = piece_.empty() ? nullptr : piece_.data();
     body.size = piece_.size();
-    body.more = more;  // false: the serializer appends the last chunk after this piece
+    body.more = p.more;  // false: the serializer appends the last chunk after this piece
     set_deadline(st_->cfg.read_timeout);
     bhttp::async_write(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
   }

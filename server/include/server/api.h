@@ -1,20 +1,31 @@
 #pragma once
 // The REST API: translates HTTP requests into query calls and query results into JSON,
-// NDJSON or problem+json. No sockets here: the handler is a function from request to
-// a (possibly later) response.
+// NDJSON or problem+json, and sends what another instance must answer to that
+// instance. No sockets here: the handler is a function from request to a (possibly
+// later) response.
+//
+// Inside (server/src/api/): a route table (routes.cc), parameter parsing (params.cc),
+// one file per family of handlers (keys.cc, ranges.cc, admin.cc), each handler
+// returning what happens next as a value: an answer, local work (after a min_position
+// wait, on a worker thread), a forward to the key's owner, or a gather of parts from
+// several owners; dispatch.cc runs that, fanout.cc talks to the other instances.
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/membership.h"
 #include "core/ownership.h"
+#include "http/message.h"
 #include "query/engine.h"
 #include "query/freshness.h"
-#include "http/message.h"
 
 namespace prometheus { class Registry; class Collectable; }
 namespace kstate::http { class client; }
@@ -23,21 +34,49 @@ namespace kstate::server {
 
 class token_authenticator;
 
+// The `query:` section of the configuration: limits of what one request may ask.
 struct api_config {
   // Entries per range page when the request gives no limit. Default 100.
   uint32_t default_limit = 100;
   // Largest limit a request may ask for. Default 1,000.
   uint32_t max_limit = 1'000;
-  // Most keys in one batchGet. Default 1,000.
+  // Most keys in one batchGet (after duplicates are removed). Default 1,000.
   uint32_t max_batch_keys = 1'000;
   // Streaming (NDJSON) scans open at once; more get 503 + Retry-After. Default 8.
   uint32_t max_concurrent_scans = 8;
   // Count answers are exact (a scan) up to this many keys (RocksDB's estimate),
   // estimated above it. Default 1,000,000.
   uint64_t exact_count_limit = 1'000'000;
-  // min_position wait when the request gives no timeout_ms, and the most it may ask. 
+  // min_position wait when the request gives no timeout_ms, and the most it may ask.
   std::chrono::milliseconds default_wait{5'000};
   std::chrono::milliseconds max_wait{60'000};
+  // Largest body of one answer, bytes: a range page ends early (with a cursor) before
+  // it; a batch that would exceed it is refused (400, 40009). Default 16 MiB.
+  std::size_t max_response_bytes = 16u << 20;
+  // Deepest nesting of JSON in a request (keys with key_format=json, request bodies);
+  // deeper is 400. Default 128 (the top-level max_json_depth).
+  int max_json_depth = 128;
+  // Threads running the API's blocking work (exact counts, window pages, scans, reads
+  // after a min_position wait, merges), and the most tasks that may wait for them;
+  // beyond it 503 (50308). Defaults 2 and 1,024.
+  int worker_threads = 2;
+  std::size_t max_queued_work = 1'024;
+};
+
+// The secret every instance of the group shares (at least 16 bytes), which signs the
+// requests instances send each other (server/src/api/peer_auth.h). Set once, when it is
+// known (read from a file, or from Kafka once the instance reaches it); until then
+// nothing is forwarded or gathered and no request is taken as a peer's.
+// Thread safety: any thread.
+class peer_secret {
+ public:
+  void set(std::string secret);
+  // Null until set.
+  std::shared_ptr<const std::string> get() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const std::string> secret_;  // guarded by mu_
 };
 
 struct api_context {
@@ -46,9 +85,12 @@ struct api_context {
   const ownership_registry* ownership = nullptr;
   // Who owns which partition, from the consumer group (may be null: single instance).
   const membership_registry* membership = nullptr;
-  // Forwards requests to owners (may be null: no forwarding).
+  // Sends requests to other instances (may be null: no forwarding).
   http::client* peers = nullptr;
-  // How long a forwarded request may take.
+  // The group's shared secret (may be null: no forwarding, no peers).
+  std::shared_ptr<const peer_secret> secret;
+  // How long a request to another instance may take (plus the min_position wait it
+  // carries).
   std::chrono::milliseconds forward_timeout{5'000};
   std::string group;  // consumer group id (application_id)
   int standby_replicas = 0;  // standby copies per partition (to name them in answers)
@@ -58,8 +100,10 @@ struct api_context {
   prometheus::Registry* metrics = nullptr;  // may be null: /metrics then answers 404
   // Read at every scrape, after `metrics`.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
-  // Open HTTP connections, reported as kstate_http_open_connections (may be empty).
+  // Open HTTP connections and connections refused at http.max_connections, reported
+  // as metrics (may be empty).
   std::function<size_t()> open_connections;
+  std::function<uint64_t()> refused_connections;
   std::string instance;                     // advertised endpoint, reported as served_by
   const std::atomic<bool>* draining = nullptr;  // true once shutdown began: /readyz 503
   std::string openapi_json;                 // served at /openapi.json
@@ -75,12 +119,14 @@ struct api_context {
 struct route_info {
   std::string method;
   std::string path;
-  std::vector<std::string> params;  // query parameters the route accepts, sorted
+  std::vector<std::string> params;  // query parameters a client may give, sorted
 };
 // Every route the API answers (the OpenAPI spec must describe exactly these).
 std::vector<route_info> api_routes();
 
-// The handler serving /livez, /readyz, /metrics, /openapi.json and /v1/... .
+// The handler serving /livez, /readyz, /metrics, /openapi.json, /ui/ and /v1/... .
+// Owns the API's worker threads; they stop when the last copy of the handler is
+// destroyed.
 http::async_handler make_api_handler(api_context ctx);
 
 }  // namespace kstate::server

@@ -54,6 +54,12 @@ struct app_config {
   // else the system's trusted CAs.
   std::string peer_ca_file;
   auth_config auth;
+  // File holding the secret the instances of the group sign their requests to each
+  // other with (first line, at least 16 bytes; the same on every instance). Empty: the
+  // group's secret kept in Kafka (ingest/group_secret.h).
+  std::string peer_secret_file;
+  // How many min_position waits may be pending, and their bytes (query.max_waiting_*).
+  query::freshness_config waits;
   // Browsers' cross-origin requests (http.cors); off by default.
   cors_config cors;
   api_config query;

@@ -24,6 +24,7 @@ enum class failure_reason {
   bad_position,         // 400, 40006  (min_position not "partition:offset[,...]")
   unknown_parameter,    // 400, 40007  (a query parameter the route does not take)
   bad_body,             // 400, 40008  (request body is not the expected JSON)
+  answer_too_large,     // 400, 40009  (the answer would exceed query.max_response_bytes)
   method_not_allowed,   // 405, 40501
   not_acceptable,       // 406, 40601
   payload_too_large,    // 413, 41301
@@ -37,8 +38,11 @@ enum class failure_reason {
   position_not_reached, // 503, 50304  (min_position not applied within timeout_ms)
   scan_capacity,        // 503, 50305  (too many streaming scans at once)
   too_many_connections, // 503, 50306  (http.max_connections connections are open)
+  too_many_waits,       // 503, 50307  (query.max_waiting_requests min_position waits at once)
+  busy,                 // 503, 50308  (the API's worker queue is full)
   unauthenticated,      // 401, 40101  (no bearer token, or one the token file does not know)
   forbidden,            // 403, 40301  (a valid token without the scope the route needs)
+  bad_peer,             // 401, 40102  (X-Kstate-Hop without a valid peer signature)
 };
 
 struct failure_info {
@@ -49,6 +53,8 @@ struct failure_info {
 
 // The table row for a reason.
 failure_info describe(failure_reason r) noexcept;
+// The reason's name (the last segment of its problem type, "/problems/<name>").
+std::string_view name_of(failure_reason r) noexcept;
 
 // A problem+json response for a reason. `detail` says what happened in this request;
 // `instance` is the request path. Statuses 503 carry Retry-After (seconds).

@@ -33,15 +33,38 @@ struct request {
 // A response body produced piece by piece (NDJSON scans), sent with chunked transfer
 // encoding. The server asks for the next piece only after the previous one was written
 // to the socket, so a slow client never makes the server hold more than one piece.
-// next() runs on an I/O thread: each call must do bounded work. An exception from
-// next() aborts the response (the connection closes without the final chunk, so the
-// client sees a truncated body rather than a wrong one).
+//
+// next() is called on an I/O thread and must not block: a source whose pieces take
+// work to produce (reading a store, asking other servers) does that work elsewhere and
+// calls `done` from there. `done` must be called exactly once per next(), from any
+// thread, possibly before next() returns. A piece with `failed` set, or an exception
+// from next(), aborts the response: the connection closes without the final chunk, so
+// the client sees a truncated body rather than a wrong one. The server releases the
+// source (and what it holds) as soon as the body is complete or aborted, and when the
+// client stops reading past the read timeout.
 class body_source {
  public:
+  struct piece {
+    std::string data;     // may be empty (nothing yet) while `more`
+    bool more = false;    // false: this is the last piece
+    bool failed = false;  // the body cannot be completed
+  };
   virtual ~body_source() = default;
+  virtual void next(std::function<void(piece)> done) = 0;
+};
+
+// A source whose pieces are cheap to make in memory (bounded work, no I/O): produce()
+// runs on the I/O thread.
+class sync_body_source : public body_source {
+ public:
   // Appends the next piece to `out`; returns false once the body is complete (`out`
   // may still hold a last piece then).
-  virtual bool next(std::string& out) = 0;
+  virtual bool produce(std::string& out) = 0;
+  void next(std::function<void(piece)> done) final {
+    piece p;
+    p.more = produce(p.data);
+    done(std::move(p));
+  }
 };
 
 struct response {

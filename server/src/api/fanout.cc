@@ -1,0 +1,114 @@
+#include "api/fanout.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+
+#include "api/render.h"
+#include "http/client.h"
+#include "server/problem.h"
+
+namespace kstate::server::api {
+namespace {
+
+// Response headers an answer of this API carries that a forwarded answer keeps. The
+// owner's other headers (Set-Cookie from something in between, CORS headers made for
+// another origin, Server, Date) are not ours to pass on; X-Request-Id and framing
+// headers are the serving instance's own.
+bool kept_from_owner(const std::string& name) {
+  static const char* const kept[] = {"x-kstate-position", "x-kstate-stale", "retry-after", "link", "www-authenticate"};
+  std::string lower(name);
+  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* k : kept)
+    if (lower == k) return true;
+  return false;
+}
+
+void count_peer_request(const state& st, const char* kind, bool ok) {
+  if (st.m_peer_requests) st.m_peer_requests->Add({{"kind", kind}, {"result", ok ? "ok" : "error"}}).Increment();
+}
+
+}  // namespace
+
+http::client_request peer_request(const state& st, const call& c, std::string method, std::string target,
+                                  std::string body, std::chrono::milliseconds wait) {
+  http::client_request pr;
+  pr.headers = {{hop_header, "1"},
+                {"X-Request-Id", c.r().request_id},
+                {std::string(peer_header), st.signer()->sign(method, target, body, peer_signer::now_ms())}};
+  pr.method = std::move(method);
+  pr.target = std::move(target);
+  pr.body = std::move(body);
+  pr.deadline = clock_type::now() + st.ctx.forward_timeout + wait;
+  return pr;
+}
+
+void forward(const state& st, const call& c, forward_plan plan, std::function<void(http::response)> finish) {
+  const auto& req = c.r();
+  std::chrono::milliseconds wait{0};
+  if (c.min_position) wait = std::chrono::duration_cast<std::chrono::milliseconds>(c.wait_deadline - clock_type::now());
+  auto pr = peer_request(st, c, req.method, req.target, req.body, std::max(wait, std::chrono::milliseconds(0)));
+  for (const char* h : {"accept", "content-type", "x-kstate-min-position"})
+    if (auto v = req.header(h)) pr.headers.emplace_back(h, *v);
+  const state* s = &st;
+  st.ctx.peers->send(plan.owner, std::move(pr),
+                     [s, owner = plan.owner, path = req.path, stale = std::move(plan.stale),
+                      finish = std::move(finish)](result<http::response> r) {
+                       count_peer_request(*s, "forward", r.ok());
+                       if (r.ok() && r->status != 503) {
+                         http::response out;
+                         out.status = r->status;
+                         out.content_type = std::move(r->content_type);
+                         out.body = std::move(r->body);
+                         for (auto& [n, v] : r->headers)
+                           if (kept_from_owner(n)) out.headers.emplace_back(std::move(n), std::move(v));
+                         out.with_header("X-Kstate-Forwarded-To", owner);
+                         return finish(std::move(out));
+                       }
+                       if (stale)
+                         if (auto answer = stale()) return finish(std::move(*answer));
+                       if (r.ok()) {
+                         // The owner's 503 (catching up, rebalancing): retry later, as it says.
+                         http::response out;
+                         out.status = r->status;
+                         out.content_type = std::move(r->content_type);
+                         out.body = std::move(r->body);
+                         for (auto& [n, v] : r->headers)
+                           if (kept_from_owner(n)) out.headers.emplace_back(std::move(n), std::move(v));
+                         return finish(std::move(out));
+                       }
+                       finish(problem(failure_reason::not_owner,
+                                      "the owner at " + owner + " did not answer: " + r.error().message(), path));
+                     });
+}
+
+void send_part(const state& st, const call& c, const peer_part& part, std::function<void(part_result)> done) {
+  auto pr = peer_request(st, c, part.method, part.target, part.body, part.wait);
+  pr.headers.emplace_back("Accept", std::string(part_media_type));
+  for (const auto& h : part.headers) pr.headers.push_back(h);
+  const state* s = &st;
+  st.ctx.peers->send(part.endpoint, std::move(pr),
+                     [s, endpoint = part.endpoint, path = c.path(), done = std::move(done)](result<http::response> r) {
+                       count_peer_request(*s, "part", r.ok() && r->status == 200);
+                       if (!r.ok())
+                         return done(problem(failure_reason::not_owner,
+                                             "the owner at " + endpoint + " did not answer: " + r.error().message(),
+                                             path));
+                       if (r->status != 200) {
+                         // The owner's own refusal (catching up, position not reached...) answers the request.
+                         http::response out;
+                         out.status = r->status;
+                         out.content_type = std::move(r->content_type);
+                         out.body = std::move(r->body);
+                         for (auto& [n, v] : r->headers)
+                           if (kept_from_owner(n)) out.headers.emplace_back(std::move(n), std::move(v));
+                         return done(std::move(out));
+                       }
+                       if (r->content_type != part_media_type)
+                         return done(problem(failure_reason::internal,
+                                             "the owner at " + endpoint + " answered its part as " + r->content_type,
+                                             path));
+                       done(std::move(r->body));
+                     });
+}
+
+}  // namespace kstate::server::api

@@ -1,0 +1,446 @@
+// Handlers of one key (a lookup, where it lives, its windows) and of a batch of keys.
+
+#include <map>
+#include <unordered_map>
+
+#include "api/handlers.h"
+#include "api/params.h"
+#include "api/placement.h"
+#include "api/render.h"
+#include "ingest/standby.h"
+#include "server/json_render.h"
+#include "server/problem.h"
+
+namespace kstate::server::api {
+namespace {
+
+// A windowed store's stored keys are (group key, window start) pairs: reading them as
+// plain keys would show encoded bytes, so the key routes send the caller to /windows.
+http::response windowed_store_problem(const call& c, const std::string& route) {
+  return problem(failure_reason::bad_request,
+                 "store '" + c.store + "' is windowed; read its windows at /v1/stores/" + c.store + route, c.path());
+}
+
+http::response not_held_problem(const call& c, const view_def& v, int32_t p) {
+  if (c.from_peer)
+    return problem(failure_reason::not_owner,
+                   "a forwarded request reached an instance that does not own the partition; the group is rebalancing",
+                   c.path());
+  return problem(failure_reason::not_owner,
+                 "partition " + std::to_string(p) + " of '" + v.topic + "' is not assigned to this instance",
+                 c.path());
+}
+
+// An answer from this instance's own copy of the key's partition (a former owner's or a
+// standby's), marked stale with its lag; nullopt when there is no copy here.
+std::optional<http::response> stale_answer(const state& st, const call& c, const view_def& v, const std::string& key,
+                                           int32_t partition) {
+  auto res = st.ctx.queries->get_stale({c.store, key, partition});
+  if (!res.ok()) return std::nullopt;
+  const auto& a = res.answer();
+  int64_t pos = a.pos.at(a.partition).value_or(0);
+  nlohmann::json lag = nullptr;
+  if (st.ctx.high_watermark)
+    if (auto hw = st.ctx.high_watermark(v.topic, a.partition)) lag = std::max<int64_t>(0, *hw - pos);
+  if (!a.value) {
+    auto body = problem_json(failure_reason::key_not_found, "no value for this key in this instance's stale copy",
+                             c.path());
+    body["partition"] = a.partition;
+    body["position"] = position_json(a.pos);
+    body["stale"] = true;
+    body["lag"] = lag;
+    body["served_by"] = st.ctx.instance;
+    return problem_response(failure_reason::key_not_found, body)
+        .with_header("X-Kstate-Position", position_header(a.pos))
+        .with_header("X-Kstate-Stale", "true");
+  }
+  // {key, lag, offset, partition, position, served_by, stale, store, value}
+  http::response r;
+  std::string& b = r.body;
+  b += "{\"key\":";
+  append_rendered_key(b, v.key_format, key);
+  b += ",\"lag\":";
+  b += lag.dump();
+  b += ",\"offset\":";
+  append_int(b, a.offset);
+  b += ",\"partition\":";
+  append_int(b, a.partition);
+  b += ",\"position\":";
+  append_position(b, a.pos);
+  b += ",\"served_by\":";
+  append_json_string(b, st.ctx.instance);
+  b += ",\"stale\":true,\"store\":";
+  append_json_string(b, c.store);
+  b += ",\"value\":";
+  append_rendered_value(b, v.value_format, *a.value);
+  b += '}';
+  return r.with_header("X-Kstate-Position", position_header(a.pos)).with_header("X-Kstate-Stale", "true");
+}
+
+// The lookup of a key held here (the min_position wait, if any, is over).
+http::response read_key(const state& st, const call& c, const view_def& v, const std::string& key, int32_t partition,
+                        bool allow_stale) {
+  auto res = st.ctx.queries->get({c.store, key, partition});
+  if (!res.ok()) {
+    // Held here but catching up (or revoked since): a stale copy if the caller takes one.
+    if (allow_stale && res.failure() != query::failure_reason::store_exception)
+      if (auto s = stale_answer(st, c, v, key, partition)) return std::move(*s);
+    return from_failure(res.failure(), res.message(), c.path());
+  }
+  const auto& a = res.answer();
+  if (!a.value) {
+    // The absence is as fresh as the position: say which.
+    auto body = problem_json(failure_reason::key_not_found, "no value for this key in store '" + c.store + "'",
+                             c.path());
+    body["partition"] = a.partition;
+    body["position"] = position_json(a.pos);
+    body["served_by"] = st.ctx.instance;
+    return problem_response(failure_reason::key_not_found, body)
+        .with_header("X-Kstate-Position", position_header(a.pos));
+  }
+  // Written straight into the body: {key, offset, partition, position, served_by, store,
+  // value}, without a DOM and without re-parsing the stored value.
+  http::response r;
+  std::string& b = r.body;
+  b.reserve(112 + key.size() + a.value->size() + c.store.size() + st.ctx.instance.size());
+  b += "{\"key\":";
+  append_rendered_key(b, v.key_format, key);
+  b += ",\"offset\":";
+  append_int(b, a.offset);
+  b += ",\"partition\":";
+  append_int(b, a.partition);
+  b += ",\"position\":";
+  append_position(b, a.pos);
+  b += ",\"served_by\":";
+  append_json_string(b, st.ctx.instance);
+  b += ",\"store\":";
+  append_json_string(b, c.store);
+  b += ",\"value\":";
+  append_rendered_value(b, v.value_format, *a.value);
+  b += '}';
+  return r.with_header("X-Kstate-Position", position_header(a.pos));
+}
+
+// The serialized key the path names, with its view; or the 4xx answer.
+struct named_key {
+  const view_def* view;
+  std::string key;
+  int32_t partition;
+};
+param<named_key> key_of(const state& st, const call& c) {
+  auto view = store_of(st, c);
+  if (!view.ok()) return std::move(view).error();
+  auto fmt = key_format_of(c, **view);
+  if (!fmt.ok()) return std::move(fmt).error();
+  auto key = decode_key(st, c, *fmt, c.key);
+  if (!key.ok()) return std::move(key).error();
+  auto loc = st.ctx.queries->locate(c.store, *key);
+  if (!loc)
+    return problem(failure_reason::not_caught_up, "partition count of '" + (*view)->topic + "' not known yet",
+                   c.path());
+  return named_key{*view, std::move(*key), loc->second};
+}
+
+}  // namespace
+
+outcome get_key(const state& st, const call& c) {
+  auto k = key_of(st, c);
+  if (!k.ok()) return std::move(k).error();
+  const view_def& v = *k->view;
+  if (v.window) return windowed_store_problem(c, "/windows/{key}");
+  const int32_t p = k->partition;
+  const bool allow_stale = c.r().param("allow_stale") == "true";
+  if (held_here(st, v.topic, p)) {
+    // Only the key's partition matters to this answer.
+    return local_plan{bound_for(c, {p}), true,
+                      [&st, c, v = &v, key = std::move(k->key), p, allow_stale] {
+                        return read_key(st, c, *v, key, p, allow_stale);
+                      }};
+  }
+  if (!c.from_peer)
+    if (auto owner = owner_of(st, v.topic, p)) {
+      forward_plan f{*owner, {}};
+      if (allow_stale)
+        f.stale = [&st, c, v = &v, key = k->key, p] { return stale_answer(st, c, *v, key, p); };
+      return f;
+    }
+  if (allow_stale)
+    if (auto s = stale_answer(st, c, v, k->key, p)) return std::move(*s);
+  return not_held_problem(c, v, p);
+}
+
+outcome key_windows(const state& st, const call& c) {
+  auto k = key_of(st, c);
+  if (!k.ok()) return std::move(k).error();
+  const view_def& v = *k->view;
+  if (!v.window)
+    return problem(failure_reason::bad_request,
+                   "store '" + c.store + "' is not windowed; read its keys at /v1/stores/" + c.store + "/keys/{key}",
+                   c.path());
+  auto interval = interval_of(c);
+  if (!interval.ok()) return std::move(interval).error();
+  const int32_t p = k->partition;
+  if (!held_here(st, v.topic, p)) {
+    if (!c.from_peer)
+      if (auto owner = owner_of(st, v.topic, p)) return forward_plan{*owner, {}};
+    return not_held_problem(c, v, p);
+  }
+  return local_plan{{}, true, [&st, c, v = &v, key = std::move(k->key), p, interval = *interval] {
+                      auto res = st.ctx.queries->windows({c.store, key, p, interval.first, interval.second});
+                      if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
+                      const auto& a = res.answer();
+                      // {data, key, partition, position, served_by, store, stream_time}
+                      http::response r;
+                      std::string& b = r.body;
+                      b += "{\"data\":[";
+                      for (std::size_t i = 0; i < a.windows.size(); ++i) {
+                        const auto& w = a.windows[i];
+                        if (i) b += ',';
+                        append_window(b, *v, nullptr, w.start, w.end, w.value, w.offset, std::nullopt);
+                      }
+                      b += "],\"key\":";
+                      append_rendered_key(b, v->key_format, key);
+                      b += ",\"partition\":";
+                      append_int(b, a.partition);
+                      b += ",\"position\":";
+                      append_position(b, a.pos);
+                      b += ",\"served_by\":";
+                      append_json_string(b, st.ctx.instance);
+                      b += ",\"store\":";
+                      append_json_string(b, c.store);
+                      b += ",\"stream_time\":";
+                      append_int(b, a.stream_time);
+                      b += '}';
+                      return r.with_header("X-Kstate-Position", position_header(a.pos));
+                    }};
+}
+
+outcome key_metadata(const state& st, const call& c) {
+  auto k = key_of(st, c);
+  if (!k.ok()) return std::move(k).error();
+  const view_def& v = *k->view;
+  const int32_t p = k->partition;
+  nlohmann::json owner = nullptr;
+  uint64_t version = 0;
+  std::vector<std::string> standbys;
+  if (st.ctx.membership) {
+    auto snap = st.ctx.membership->current();
+    version = snap->version;
+    if (auto o = snap->owner(v.topic, p)) owner = *o;
+    standbys = ingest::standbys_for(*snap, v.topic, p, st.ctx.standby_replicas);
+  }
+  const bool here = held_here(st, v.topic, p);
+  if (owner.is_null() && here) owner = st.ctx.instance;
+  nlohmann::json body{{"store", c.store},
+                      {"topic", v.topic},
+                      {"partition", p},
+                      {"partitioner", v.partitioner},
+                      {"active_owner", owner},
+                      {"standbys", standbys},
+                      {"owned_here", here},
+                      {"membership_version", version},
+                      {"served_by", st.ctx.instance}};
+  std::string key_json;
+  append_rendered_key(key_json, v.key_format, k->key);
+  body["key"] = nlohmann::json::parse(key_json);
+  http::response r;
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+// --- batches ----------------------------------------------------------------------
+
+namespace {
+
+struct batch_key {
+  std::string key;   // serialized
+  std::string text;  // as the client wrote it (what an owner is sent)
+  int32_t partition;
+};
+
+// Renders the found keys of `keys` held here, in the part framing (for a peer, or for
+// the merge of a gathered batch).
+part_result read_batch_part(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys) {
+  std::vector<std::string> serialized;
+  serialized.reserve(keys.size());
+  for (const auto& k : keys) serialized.push_back(k.key);
+  auto res = st.ctx.queries->get_many(c.store, serialized);
+  if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
+  part_writer w(nlohmann::json{{"position", position_json(res.answer().pos)}});
+  std::string entry;
+  for (const auto& e : res.answer().entries) {
+    if (!e.value) continue;
+    entry.clear();
+    append_entry(entry, v, e.key, *e.value, e.partition, e.offset);
+    w.add(e.key, entry);
+  }
+  return w.take();
+}
+
+// {"data":[...],"metadata":{"position":{..}},"missing":[...],"served_by":..} from the
+// parts, in the order of `keys`.
+http::response merge_batch(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys,
+                           const std::vector<std::string>& parts) {
+  std::unordered_map<std::string_view, std::string_view> found;
+  position pos;
+  std::vector<part_view> views;
+  views.reserve(parts.size());
+  for (const auto& p : parts) {
+    auto pv = read_part(p);
+    if (!pv) return problem(failure_reason::internal, "an owner's part of the batch is malformed", c.path());
+    for (const auto& e : pv->entries) found.emplace(e.stored_key, e.entry_json);
+    if (auto it = pv->header.find("position"); it != pv->header.end() && it->is_object())
+      for (const auto& [p, o] : it->items()) pos.merge(position{{std::stoi(p), o.get<int64_t>()}});
+    views.push_back(std::move(*pv));
+  }
+  http::response r;
+  std::string& b = r.body;
+  b += "{\"data\":[";
+  bool first = true;
+  std::string missing;
+  for (const auto& k : keys) {
+    auto it = found.find(k.key);
+    if (it == found.end()) {
+      if (!missing.empty()) missing += ',';
+      append_rendered_key(missing, v.key_format, k.key);
+      continue;
+    }
+    if (!first) b += ',';
+    first = false;
+    b.append(it->second.data(), it->second.size());
+  }
+  b += "],\"metadata\":{\"position\":";
+  append_position(b, pos);
+  b += "},\"missing\":[";
+  b += missing;
+  b += "],\"served_by\":";
+  append_json_string(b, st.ctx.instance);
+  b += '}';
+  if (b.size() > st.ctx.limits.max_response_bytes)
+    return problem(failure_reason::answer_too_large,
+                   "the answer would exceed query.max_response_bytes (" +
+                       std::to_string(st.ctx.limits.max_response_bytes) + " bytes); ask for fewer keys",
+                   c.path());
+  return r.with_header("X-Kstate-Position", position_header(pos));
+}
+
+}  // namespace
+
+outcome batch_get(const state& st, const call& c) {
+  auto view = store_of(st, c);
+  if (!view.ok()) return std::move(view).error();
+  const view_def& v = **view;
+  if (v.window) return windowed_store_problem(c, "/windows/{key}");
+  auto ct = c.r().header("content-type").value_or("");
+  if (ct.rfind("application/json", 0) != 0)
+    return problem(failure_reason::unsupported_media, "send the body as application/json", c.path());
+  const media m = negotiate(c, false);
+  if (m == media::none) return problem(failure_reason::not_acceptable, "this route answers application/json", c.path());
+  const auto& text = c.r().body;
+  if (!json_within_depth(text, st.ctx.limits.max_json_depth))
+    return problem(failure_reason::bad_body,
+                   "the body nests deeper than " + std::to_string(st.ctx.limits.max_json_depth) + " levels",
+                   c.path());
+  auto body = nlohmann::json::parse(text, nullptr, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("keys") || !body["keys"].is_array())
+    return problem(failure_reason::bad_body, R"(expected {"keys": ["k1", "k2", ...]})", c.path());
+  for (const auto& [k, val] : body.items())
+    if (k != "keys" && k != "key_format")
+      return problem(failure_reason::bad_body, "unknown field '" + k.substr(0, 64) + "' in the body", c.path());
+  const auto& keys = body["keys"];
+  if (keys.size() > st.ctx.limits.max_batch_keys)
+    return problem(failure_reason::payload_too_large,
+                   "at most " + std::to_string(st.ctx.limits.max_batch_keys) + " keys per batch", c.path());
+  auto fmt = key_format_of(c, v);
+  if (!fmt.ok()) return std::move(fmt).error();
+  if (body.contains("key_format")) {
+    query::key_format f;
+    if (!body["key_format"].is_string() || !query::parse_key_format(body["key_format"].get<std::string>(), f))
+      return problem(failure_reason::bad_body, "key_format must be one of: string, base64url, long, json", c.path());
+    *fmt = f;
+  }
+  // Each distinct key once, in the order of its first appearance: a key asked twice is
+  // read and answered once.
+  std::vector<batch_key> distinct;
+  distinct.reserve(keys.size());
+  std::unordered_map<std::string, std::size_t> seen;
+  std::map<int32_t, bool> partitions;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto& k = keys[i];
+    // json keys may be given as JSON values; every other format as strings.
+    std::string key_text;
+    if (k.is_string()) key_text = k.get<std::string>();
+    else if (*fmt == query::key_format::json) key_text = k.dump();
+    else return problem(failure_reason::bad_body, "keys must be strings", c.path());
+    auto d = decode_key(st, c, *fmt, key_text, "keys[" + std::to_string(i) + "]");
+    if (!d.ok()) return std::move(d).error();
+    if (!seen.emplace(*d, distinct.size()).second) continue;
+    auto loc = st.ctx.queries->locate(c.store, *d);
+    if (!loc)
+      return problem(failure_reason::not_caught_up, "partition count of '" + v.topic + "' not known yet", c.path());
+    partitions[loc->second] = true;
+    distinct.push_back(batch_key{std::move(*d), std::move(key_text), loc->second});
+  }
+  std::vector<int32_t> parts;
+  for (const auto& [p, _] : partitions) parts.push_back(p);
+  auto where = place(st, c, v, parts);
+  if (!where.ok()) return std::move(where).error();
+
+  auto shared_keys = std::make_shared<const std::vector<batch_key>>(std::move(distinct));
+  if (m == media::part || c.from_peer) {
+    // A peer's part: every key is held here (place() refused otherwise).
+    return local_plan{bound_for(c, parts), true, [&st, c, v = &v, shared_keys] {
+                        auto part = read_batch_part(st, c, *v, *shared_keys);
+                        if (auto* failed = std::get_if<http::response>(&part)) return std::move(*failed);
+                        http::response r;
+                        r.content_type = std::string(part_media_type);
+                        r.body = std::move(std::get<std::string>(part));
+                        return r;
+                      }};
+  }
+  gather_plan g;
+  std::vector<batch_key> local_keys;
+  std::map<std::string, std::vector<const batch_key*>> by_owner;
+  for (const auto& k : *shared_keys) {
+    bool local = false;
+    for (int32_t p : where->local) local = local || p == k.partition;
+    if (local) {
+      local_keys.push_back(k);
+      continue;
+    }
+    for (const auto& [endpoint, ps] : where->remote)
+      for (int32_t p : ps)
+        if (p == k.partition) by_owner[endpoint].push_back(&k);
+  }
+  if (where->remote.empty()) {
+    return local_plan{bound_for(c, parts), true, [&st, c, v = &v, shared_keys] {
+                        auto part = read_batch_part(st, c, *v, *shared_keys);
+                        if (auto* failed = std::get_if<http::response>(&part)) return std::move(*failed);
+                        return merge_batch(st, c, *v, *shared_keys, {std::get<std::string>(part)});
+                      }};
+  }
+  if (!local_keys.empty()) {
+    g.local_bound = bound_for(c, where->local);
+    g.local = [&st, c, v = &v, local_keys = std::move(local_keys)] { return read_batch_part(st, c, *v, local_keys); };
+  }
+  for (const auto& [endpoint, ks] : by_owner) {
+    nlohmann::json part_body{{"keys", nlohmann::json::array()}, {"key_format", query::to_string(*fmt)}};
+    for (const auto* k : ks) part_body["keys"].push_back(k->text);
+    std::chrono::milliseconds wait{0};
+    auto params = wait_params(c, where->remote.at(endpoint), wait);
+    peer_part part;
+    part.endpoint = endpoint;
+    part.method = "POST";
+    part.target = c.path() + (params.empty() ? "" : "?" + params.substr(1));
+    part.body = part_body.dump();
+    part.headers.emplace_back("Content-Type", "application/json");
+    part.wait = wait;
+    g.remote.push_back(std::move(part));
+  }
+  g.merge = [&st, c, v = &v, shared_keys](std::vector<std::string> parts) {
+    return merge_batch(st, c, *v, *shared_keys, parts);
+  };
+  return g;
+}
+
+}  // namespace kstate::server::api

@@ -1,0 +1,84 @@
+#pragma once
+// Parsing a request's parameters, each into a value or the 4xx answer that says what
+// is wrong with it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "api/state.h"
+#include "core/view.h"
+#include "query/key_format.h"
+
+namespace kstate::server::api {
+
+// A parsed parameter, or the answer refusing the request.
+template <typename T>
+class [[nodiscard]] param {
+ public:
+  param(T v) : v_(std::in_place_index<0>, std::move(v)) {}                   // NOLINT: implicit by design
+  param(http::response err) : v_(std::in_place_index<1>, std::move(err)) {}  // NOLINT
+  bool ok() const noexcept { return v_.index() == 0; }
+  T& operator*() { return std::get<0>(v_); }
+  const T& operator*() const { return std::get<0>(v_); }
+  T* operator->() { return &std::get<0>(v_); }
+  http::response error() && { return std::get<1>(std::move(v_)); }
+
+ private:
+  std::variant<T, http::response> v_;
+};
+
+// The store the path names (404 when there is none).
+param<const view_def*> store_of(const state& st, const call& c);
+// The request's key_format, else the store's default.
+param<query::key_format> key_format_of(const call& c, const view_def& v);
+// Key text in a format as serialized key bytes; `what` names the parameter in the error
+// ("from", "keys[3]"; empty for the path's key).
+param<std::string> decode_key(const state& st, const call& c, query::key_format f, std::string_view text,
+                              std::string_view what = {});
+// `limit`: default_limit when absent, 1..max_limit.
+param<uint32_t> limit_of(const state& st, const call& c);
+// `order`: asc (default) or desc; true for desc.
+param<bool> descending_of(const call& c);
+// [from, to) of a window query, ms: epoch ms or RFC 3339; from defaults to the epoch,
+// to to unbounded.
+param<std::pair<int64_t, int64_t>> interval_of(const call& c);
+
+// min_position ("p:o[,p:o...]", or the X-Kstate-Min-Position header) and timeout_ms:
+// nullopt when not given.
+struct wait_bound {
+  position bound;
+  std::chrono::milliseconds timeout;
+};
+param<std::optional<wait_bound>> min_position_of(const state& st, const http::request& req);
+
+// `partitions` (a peer's part of a gather): distinct partitions of the topic, in the
+// order given; nullopt when absent.
+param<std::optional<std::vector<int32_t>>> partitions_of(const call& c, int32_t partition_count);
+// `after` (a peer's part: resume strictly after this stored key, base64url).
+param<std::optional<std::string>> after_of(const call& c);
+
+// What the client accepts: JSON (also for */*, application/*, none given), NDJSON when
+// the route streams, the part framing only from peers.
+enum class media { json, ndjson, part, none };
+media negotiate(const call& c, bool ndjson_ok);
+
+// Percent-encodes everything but RFC 3986 unreserved characters.
+std::string query_escape(std::string_view s);
+// Appends a length-prefixed field to a cursor fingerprint, so distinct queries never
+// share one.
+void fingerprint_add(std::string& fp, const std::optional<std::string>& v);
+
+// True when `text` nests objects and arrays at most `max_depth` deep. The text need
+// not be valid JSON (the parser checks that afterwards); this only keeps a parser that
+// builds a tree from being given an unbounded one.
+bool json_within_depth(std::string_view text, int max_depth);
+
+// "0,3,5".
+std::string partition_list(const std::vector<int32_t>& parts);
+
+}  // namespace kstate::server::api

@@ -1,0 +1,587 @@
+// The REST API without a broker: real RocksDB stores, ownership and membership
+// registries set by hand, and for the cases between instances real HTTP servers and
+// clients on loopback. Every expectation comes from the data the test wrote.
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/value_codec.h"
+#include "http/client.h"
+#include "http/server.h"
+#include "http/url.h"
+#include "ingest/partitioner.h"
+#include "query/engine.h"
+#include "query/freshness.h"
+#include "query/key_format.h"
+#include "api/peer_auth.h"
+#include "server/api.h"
+#include "server/auth.h"
+#include "storage/db.h"
+
+using namespace kstate;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int32_t partitions = 4;
+const std::string topic = "t";
+
+int32_t partition_of(std::string_view key) { return (*ingest::make_partitioner("murmur2"))(key, partitions); }
+
+std::string temp_dir() {
+  static std::atomic<int> n{0};
+  auto d = fs::temp_directory_path() / ("kstate-api-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+struct answer {
+  unsigned status = 0;
+  std::string content_type;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::thread::id thread;  // where the answer was given
+  std::shared_ptr<http::body_source> stream;
+
+  json body_json() const { return json::parse(body); }
+  std::optional<std::string> header(const std::string& name) const {
+    for (const auto& [n, v] : headers)
+      if (n == name) return v;
+    return std::nullopt;
+  }
+  // The whole streamed body.
+  std::string drain() {
+    std::string out;
+    for (bool more = true; more;) {
+      std::promise<http::body_source::piece> p;
+      stream->next([&p](http::body_source::piece piece) { p.set_value(std::move(piece)); });
+      auto piece = p.get_future().get();
+      REQUIRE_FALSE(piece.failed);
+      out += piece.data;
+      more = piece.more;
+    }
+    return out;
+  }
+};
+
+// One instance: a store "s" of topic "t" (4 partitions, string keys, JSON values) in
+// RocksDB, the partitions it holds, its API.
+struct node {
+  // A node holding `held` (caught up). Adjust ctx, then build() (or serve()).
+  explicit node(std::vector<int32_t> held = {0, 1, 2, 3}, query::freshness_config waits = {}) {
+    view_def v;
+    v.name = "s";
+    v.topic = topic;
+    views.push_back(v);
+    storage::db_options opts;
+    opts.path = dir + "/db";
+    auto opened = storage::db::open(opts, {"s"});
+    REQUIRE(opened.ok());
+    db = std::move(opened.value());
+    ownership.set_partition_count(topic, partitions);
+    std::vector<ownership_registry::assignment> a;
+    for (int32_t p : held) a.push_back({topic, p, 0, true, 0});
+    ownership.assign(a);
+    ownership.mark_joined();
+    queries = std::make_unique<query::engine>(views, *db, ownership,
+                                              std::map<std::string, partitioner_fn>{{"s", *ingest::make_partitioner("murmur2")}});
+    waiter = std::make_unique<query::freshness_waiter>(*queries, notifier, waits);
+    ctx.queries = queries.get();
+    ctx.waiter = waiter.get();
+    ctx.ownership = &ownership;
+    ctx.metrics = metrics.get();
+    ctx.instance = "http://127.0.0.1:1";
+    ctx.group = "g";
+  }
+  ~node() {
+    if (http_server) http_server->stop();
+    waiter->shutdown();
+  }
+
+  // Makes the API from ctx.
+  void build() { handler = server::make_api_handler(ctx); }
+  // Serves the API over HTTP on a free loopback port (its advertised endpoint), with a
+  // client to reach other instances and the group's secret; then build().
+  void serve(const std::string& group_secret) {
+    http::server_config cfg;
+    cfg.port = 0;
+    http_server = std::make_unique<http::server>(cfg, [this](const http::request& r, http::responder reply) {
+      handler(r, std::move(reply));
+    });
+    REQUIRE(http_server->start().ok());
+    ctx.instance = "http://127.0.0.1:" + std::to_string(http_server->port());
+    peers = std::make_unique<http::client>(http::client_config{});
+    secret->set(group_secret);
+    ctx.secret = secret;
+    ctx.peers = peers.get();
+    ctx.membership = &membership;
+    build();
+  }
+
+  // Writes key -> value into the key's partition, at the partition's next offset.
+  void put(const std::string& key, const std::string& value) {
+    int32_t p = partition_of(key);
+    auto b = db->new_batch();
+    int64_t off = next[p]++;
+    b.put(*db->find_view("s"), p, key, frame_value(off, value));
+    b.set_position(*db->find_view("s"), p, next[p]);
+    REQUIRE(db->write(b).ok());
+    notifier.notify();
+  }
+
+  answer call(const std::string& method, const std::string& target, std::string body = {},
+              std::vector<std::pair<std::string, std::string>> headers = {}) {
+    http::request req;
+    req.method = method;
+    req.target = target;
+    REQUIRE(http::parse_target(target, req).ok());
+    req.body = std::move(body);
+    for (auto& [n, v] : headers) {
+      std::string lower = n;
+      for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers.emplace_back(lower, v);
+    }
+    req.request_id = "test";
+    std::promise<answer> p;
+    handler(req, [&p](http::response r) {
+      answer a;
+      a.status = r.status;
+      a.content_type = r.content_type;
+      a.body = std::move(r.body);
+      a.headers = std::move(r.headers);
+      a.stream = std::move(r.stream);
+      a.thread = std::this_thread::get_id();
+      p.set_value(std::move(a));
+    });
+    auto f = p.get_future();
+    REQUIRE(f.wait_for(20s) == std::future_status::ready);
+    return f.get();
+  }
+  answer get(const std::string& target, std::vector<std::pair<std::string, std::string>> headers = {}) {
+    return call("GET", target, {}, std::move(headers));
+  }
+
+  std::string dir = temp_dir();
+  std::vector<view_def> views;
+  std::unique_ptr<storage::db> db;
+  ownership_registry ownership;
+  membership_registry membership;
+  change_notifier notifier;
+  std::unique_ptr<query::engine> queries;
+  std::unique_ptr<query::freshness_waiter> waiter;
+  std::shared_ptr<prometheus::Registry> metrics = std::make_shared<prometheus::Registry>();
+  std::shared_ptr<server::peer_secret> secret = std::make_shared<server::peer_secret>();
+  std::unique_ptr<http::client> peers;
+  server::api_context ctx;
+  http::async_handler handler;
+  std::unique_ptr<http::server> http_server;
+  std::map<int32_t, int64_t> next;
+};
+
+// The group as the coordinator would describe it: each endpoint with its partitions.
+cluster_snapshot group_of(const std::vector<std::pair<std::string, std::vector<int32_t>>>& members) {
+  cluster_snapshot s;
+  s.version = 1;
+  s.group_state = "Stable";
+  for (const auto& [endpoint, parts] : members) {
+    member_info m;
+    m.member_id = endpoint;
+    m.endpoint = endpoint;
+    for (int32_t p : parts) m.partitions.emplace_back(topic, p);
+    s.members.push_back(m);
+  }
+  return s;
+}
+
+std::string key_text(int i) { return "user-" + std::to_string(i); }
+std::string value_of(int i) { return R"({"n":)" + std::to_string(i) + "}"; }
+
+// A key whose base64url spelling lands in another partition than the key itself.
+std::string key_with_other_text_partition() {
+  for (int i = 0;; ++i) {
+    auto k = key_text(i);
+    if (partition_of(k) != partition_of(query::base64url_encode(k))) return k;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------
+// One instance
+
+TEST_CASE("batchGet: a key asked twice is read and answered once, in first-appearance order") {
+  node n;
+  n.build();
+  for (int i = 0; i < 10; ++i) n.put(key_text(i), value_of(i));
+  auto r = n.call("POST", "/v1/stores/s/keys:batchGet",
+                  R"({"keys": ["user-3", "user-1", "user-3", "nobody", "user-1", "nobody"]})",
+                  {{"Content-Type", "application/json"}});
+  REQUIRE(r.status == 200);
+  auto body = r.body_json();
+  REQUIRE(body["data"].size() == 2);
+  CHECK(body["data"][0]["key"] == "user-3");
+  CHECK(body["data"][0]["value"] == json::parse(value_of(3)));
+  CHECK(body["data"][1]["key"] == "user-1");
+  CHECK(body["missing"] == json::array({"nobody"}));
+}
+
+TEST_CASE("batchGet: a body nested deeper than max_json_depth is refused before it is parsed") {
+  node n;
+  n.ctx.limits.max_json_depth = 16;
+  n.build();
+  auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  auto deep = n.call("POST", "/v1/stores/s/keys:batchGet", R"({"keys": [)" + nested(100'000) + "]}",
+                     {{"Content-Type", "application/json"}});
+  CHECK(deep.status == 400);
+  CHECK(deep.body_json()["error_code"] == 40008);
+  // At the limit the body is parsed (and then refused for what it says, not its depth).
+  auto at_limit = n.call("POST", "/v1/stores/s/keys:batchGet", R"({"keys": [)" + nested(14) + "]}",
+                         {{"Content-Type", "application/json"}});
+  CHECK(at_limit.status == 400);
+  CHECK(at_limit.body_json()["detail"] == "keys must be strings");
+}
+
+TEST_CASE("pages end before query.max_response_bytes, and paging still returns every key once") {
+  node n;
+  n.ctx.limits.max_response_bytes = 4096;
+  n.build();
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 200; ++i) {
+    n.put(key_text(i), R"({"pad":")" + std::string(200, 'x') + R"(","n":)" + std::to_string(i) + "}");
+    model[key_text(i)] = std::to_string(i);
+  }
+  std::vector<std::string> got;
+  std::string target = "/v1/stores/s/keys?limit=1000";
+  for (int pages = 0; pages < 1000; ++pages) {
+    auto r = n.get(target);
+    REQUIRE(r.status == 200);
+    CHECK(r.body.size() <= 4096 + 512);  // one entry may cross the bound, never more
+    auto body = r.body_json();
+    CHECK(body["data"].size() < 200);
+    for (const auto& e : body["data"]) got.push_back(e["key"].get<std::string>());
+    if (body["metadata"]["next"].is_null()) break;
+    target = "/v1/stores/s/keys?limit=1000&cursor=" + body["metadata"]["next"].get<std::string>();
+  }
+  std::vector<std::string> want;
+  for (const auto& [k, v] : model) want.push_back(k);
+  CHECK(got == want);
+  // A batch whose answer would be larger is refused, not cut.
+  json keys = json::array();
+  for (int i = 0; i < 200; ++i) keys.push_back(key_text(i));
+  auto b = n.call("POST", "/v1/stores/s/keys:batchGet", json{{"keys", keys}}.dump(),
+                  {{"Content-Type", "application/json"}});
+  CHECK(b.status == 400);
+  CHECK(b.body_json()["error_code"] == 40009);
+}
+
+TEST_CASE("min_position: waits are bounded in number; beyond it 503 at once") {
+  query::freshness_config waits;
+  waits.max_waiters = 2;
+  node n({0, 1, 2, 3}, waits);
+  n.build();
+  n.put("user-1", value_of(1));
+  const int32_t p = partition_of("user-1");
+  const std::string target = "/v1/stores/s/keys/user-1?min_position=" + std::to_string(p) + ":50&timeout_ms=3000";
+  // Two requests park; the third is refused immediately.
+  std::vector<std::future<answer>> parked;
+  for (int i = 0; i < 2; ++i) parked.push_back(std::async(std::launch::async, [&] { return n.get(target); }));
+  for (int i = 0; i < 200 && n.waiter->pending() < 2; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(n.waiter->pending() == 2);
+  auto refused = n.get(target);
+  CHECK(refused.status == 503);
+  CHECK(refused.body_json()["error_code"] == 50307);
+  CHECK(refused.header("Retry-After"));
+  // The parked ones time out with the position they saw.
+  for (auto& f : parked) {
+    auto r = f.get();
+    CHECK(r.status == 503);
+    CHECK(r.body_json()["error_code"] == 50304);
+    CHECK(r.body_json()["position"][std::to_string(p)] == 1);
+  }
+  CHECK(n.waiter->refused() == 1);
+}
+
+TEST_CASE("min_position: a key's partition is that of the decoded key, not of its text") {
+  const std::string key = key_with_other_text_partition();
+  const int32_t p = partition_of(key);
+  // This instance holds only the key's partition: the partition of its base64url text
+  // is someone else's.
+  node n({p});
+  n.build();
+  n.put(key, value_of(7));
+  const std::string target = "/v1/stores/s/keys/" + query::base64url_encode(key) + "?key_format=base64url";
+  auto now = n.get(target + "&min_position=" + std::to_string(p) + ":0");
+  CHECK(now.status == 200);
+  // Not reached yet: the request waits for the key's partition, and times out.
+  auto later = n.get(target + "&min_position=" + std::to_string(p) + ":5&timeout_ms=100");
+  CHECK(later.status == 503);
+  CHECK(later.body_json()["error_code"] == 50304);
+  // A write that reaches it answers a waiting request.
+  auto waiting = std::async(std::launch::async,
+                            [&] { return n.get(target + "&min_position=" + std::to_string(p) + ":3&timeout_ms=5000"); });
+  for (int i = 0; i < 200 && n.waiter->pending() == 0; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 3; ++i) n.put(key, value_of(10 + i));
+  auto r = waiting.get();
+  CHECK(r.status == 200);
+  CHECK(r.body_json()["value"] == json::parse(value_of(12)));
+}
+
+TEST_CASE("exact counts and scans are answered from a worker thread, never the caller's") {
+  node n;
+  n.build();
+  for (int i = 0; i < 50; ++i) n.put(key_text(i), value_of(i));
+  auto c = n.get("/v1/stores/s/count");
+  REQUIRE(c.status == 200);
+  CHECK(c.body_json()["count"] == 50);
+  CHECK(c.body_json()["exact"] == true);
+  CHECK(c.thread != std::this_thread::get_id());
+  auto scan = n.get("/v1/stores/s/keys", {{"Accept", "application/x-ndjson"}});
+  REQUIRE(scan.status == 200);
+  REQUIRE(scan.stream);
+  std::istringstream lines(scan.drain());
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) {
+    auto e = json::parse(line);
+    CHECK(e["value"]["n"] == std::stoi(e["key"].get<std::string>().substr(5)));
+    ++count;
+  }
+  CHECK(count == 50);
+}
+
+TEST_CASE("metric labels come from a fixed set: an invented method is 'other'") {
+  node n;
+  n.build();
+  for (const char* m : {"FROB", "GET1", "BREW"}) n.call(m, "/v1/stores/s/keys/k");
+  auto metrics = n.get("/metrics").body;
+  CHECK(metrics.find("FROB") == std::string::npos);
+  CHECK(metrics.find("BREW") == std::string::npos);
+  CHECK(metrics.find("method=\"other\"") != std::string::npos);
+}
+
+TEST_CASE("readyz: an anonymous probe sees readiness, not topics; a cluster token sees the partitions") {
+  node n;
+  std::vector<server::token_entry> tokens(1);
+  tokens[0].name = "ops";
+  auto hash = server::sha256_hex("ops-token");
+  for (size_t i = 0; i < 32; ++i) tokens[0].hash[i] = static_cast<unsigned char>(std::stoi(hash.substr(2 * i, 2), nullptr, 16));
+  tokens[0].scopes.cluster = true;
+  n.ctx.auth = std::make_shared<server::token_authenticator>(tokens);
+  n.build();
+  auto anon = n.get("/readyz");
+  CHECK(anon.status == 200);
+  CHECK(anon.body_json() == json{{"draining", false}, {"ready", true}});
+  CHECK(anon.body.find(topic + "\"") == std::string::npos);
+  auto ops = n.get("/readyz", {{"Authorization", "Bearer ops-token"}});
+  CHECK(ops.body_json()["partitions"].size() == 4);
+}
+
+TEST_CASE("internal dialect: hop requests must be signed, internal parameters are a peer's only") {
+  node n;
+  n.serve("0123456789abcdef-the-group-secret");
+  for (int i = 0; i < 20; ++i) n.put(key_text(i), value_of(i));
+  // From a client: refused.
+  auto param = n.get("/v1/stores/s/count?partitions=0");
+  CHECK(param.status == 400);
+  CHECK(param.body_json()["error_code"] == 40007);
+  auto hop = n.get("/v1/stores/s/count", {{"X-Kstate-Hop", "1"}});
+  CHECK(hop.status == 401);
+  CHECK(hop.body_json()["error_code"] == 40102);
+}
+
+TEST_CASE("internal parameters: partitions must be distinct partitions of the topic") {
+  // Through a real peer: instance a asks b, which holds everything; a request signed by
+  // the group with bad partition lists is refused by b.
+  node b;
+  const std::string secret = "0123456789abcdef-the-group-secret";
+  b.serve(secret);
+  http::client peer(http::client_config{});
+  auto ask = [&](const std::string& target) {
+    http::client_request req;
+    req.target = target;
+    std::promise<result<http::response>> p;
+    // Signed as an instance of the group would.
+    server::api::peer_signer signer(secret);
+    req.headers = {{"X-Kstate-Hop", "1"},
+                   {"X-Kstate-Peer", signer.sign("GET", target, "", server::api::peer_signer::now_ms())}};
+    peer.send(b.ctx.instance, req, [&p](result<http::response> r) { p.set_value(std::move(r)); });
+    auto r = p.get_future().get();
+    REQUIRE(r.ok());
+    return std::move(r.value());
+  };
+  CHECK(ask("/v1/stores/s/count?partitions=0,1").status == 200);
+  for (const char* bad : {"0,0", "4", "-1", "1,,2", "x"}) {
+    CAPTURE(bad);
+    CHECK(ask(std::string("/v1/stores/s/count?partitions=") + bad).status == 400);
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// Two instances: a holds partitions 0 and 1, b holds 2 and 3.
+
+namespace {
+
+const std::string group_secret = "0123456789abcdef-the-group-secret";
+
+struct pair_of_nodes {
+  pair_of_nodes() : a({0, 1}), b({2, 3}) {
+    a.serve(group_secret);
+    b.serve(group_secret);
+    auto g = group_of({{a.ctx.instance, {0, 1}}, {b.ctx.instance, {2, 3}}});
+    a.membership.publish(g);
+    b.membership.publish(g);
+    for (int i = 0; i < 100; ++i) {
+      auto k = key_text(i);
+      (partition_of(k) < 2 ? a : b).put(k, value_of(i));
+      model[k] = i;
+    }
+  }
+  node a, b;
+  std::map<std::string, int> model;
+};
+
+}  // namespace
+
+TEST_CASE("two instances: a key, a page, a count and a batch through either equal the model") {
+  pair_of_nodes pn;
+  for (auto* via : {&pn.a, &pn.b}) {
+    for (const auto& [k, i] : pn.model) {
+      auto r = via->get("/v1/stores/s/keys/" + k);
+      REQUIRE(r.status == 200);
+      CHECK(r.body_json()["value"]["n"] == i);
+    }
+    auto page = via->get("/v1/stores/s/keys?limit=1000");
+    REQUIRE(page.status == 200);
+    std::vector<std::string> got;
+    const auto page_body = page.body_json();
+    for (const auto& e : page_body["data"]) got.push_back(e["key"].get<std::string>());
+    std::vector<std::string> want;
+    for (const auto& [k, i] : pn.model) want.push_back(k);
+    CHECK(got == want);
+    auto count = via->get("/v1/stores/s/count");
+    REQUIRE(count.status == 200);
+    CHECK(count.body_json()["count"] == pn.model.size());
+    CHECK(count.body_json()["metadata"]["position"].size() == 4);
+    auto batch = via->call("POST", "/v1/stores/s/keys:batchGet", R"({"keys":["user-5","nobody","user-77","user-5"]})",
+                           {{"Content-Type", "application/json"}});
+    REQUIRE(batch.status == 200);
+    auto body = batch.body_json();
+    REQUIRE(body["data"].size() == 2);
+    CHECK(body["data"][0]["key"] == "user-5");
+    CHECK(body["data"][1]["key"] == "user-77");
+    CHECK(body["missing"] == json::array({"nobody"}));
+  }
+}
+
+TEST_CASE("two instances: min_position on another instance's partition is waited for there") {
+  pair_of_nodes pn;
+  // Partition 2 is b's. Through a, a count and a range naming it answer once b has it.
+  const int64_t at = pn.b.next[2];
+  auto reached = pn.a.get("/v1/stores/s/count?min_position=2:" + std::to_string(at - 1));
+  CHECK(reached.status == 200);
+  auto not_yet = pn.a.get("/v1/stores/s/count?min_position=2:" + std::to_string(at + 2) + "&timeout_ms=200");
+  CHECK(not_yet.status == 503);
+  CHECK(not_yet.body_json()["error_code"] == 50304);
+  // A page waiting for it is answered when b applies the records.
+  auto waiting = std::async(std::launch::async, [&] {
+    return pn.a.get("/v1/stores/s/keys?limit=1000&min_position=2:" + std::to_string(at + 1) + "&timeout_ms=5000");
+  });
+  std::this_thread::sleep_for(200ms);
+  std::string k2;
+  for (int i = 1000;; ++i)
+    if (partition_of(key_text(i)) == 2) {
+      k2 = key_text(i);
+      break;
+    }
+  pn.b.put(k2, value_of(1));
+  pn.b.put(k2, value_of(2));
+  auto page = waiting.get();
+  REQUIRE(page.status == 200);
+  bool found = false;
+  const auto page_body = page.body_json();
+  for (const auto& e : page_body["data"]) found = found || e["key"] == k2;
+  CHECK(found);
+  // A batch too: the key on b is read after b reached the position.
+  auto batch = pn.a.call("POST",
+                         "/v1/stores/s/keys:batchGet?min_position=2:" + std::to_string(at + 1) + "&timeout_ms=2000",
+                         json{{"keys", {k2}}}.dump(), {{"Content-Type", "application/json"}});
+  REQUIRE(batch.status == 200);
+  CHECK(batch.body_json()["data"][0]["value"]["n"] == 2);
+}
+
+TEST_CASE("forwarding: only this API's headers come back from the owner") {
+  // The owner of every partition here is a server that answers with headers of its own.
+  node a({0, 1});
+  http::server_config cfg;
+  cfg.port = 0;
+  http::server owner(cfg, [](const http::request&) {
+    http::response r;
+    r.body = R"({"key":"x"})";
+    r.with_header("Set-Cookie", "session=stolen")
+        .with_header("Access-Control-Allow-Origin", "https://evil.example")
+        .with_header("X-Kstate-Position", "2:5")
+        .with_header("X-Other", "no");
+    return r;
+  });
+  REQUIRE(owner.start().ok());
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(owner.port());
+  a.serve(group_secret);
+  a.membership.publish(group_of({{a.ctx.instance, {0, 1}}, {endpoint, {2, 3}}}));
+  std::string k;
+  for (int i = 0;; ++i)
+    if (partition_of(key_text(i)) >= 2) {
+      k = key_text(i);
+      break;
+    }
+  auto r = a.get("/v1/stores/s/keys/" + k);
+  CHECK(r.status == 200);
+  CHECK(r.header("X-Kstate-Position") == "2:5");
+  CHECK(r.header("X-Kstate-Forwarded-To") == endpoint);
+  CHECK_FALSE(r.header("Set-Cookie"));
+  CHECK_FALSE(r.header("Access-Control-Allow-Origin"));
+  CHECK_FALSE(r.header("X-Other"));
+  owner.stop();
+}
+
+TEST_CASE("forwarding: an instance speaking TLS never sends a request to a plain-HTTP endpoint") {
+  std::atomic<int> asked{0};
+  http::server_config cfg;
+  cfg.port = 0;
+  http::server owner(cfg, [&asked](const http::request&) {
+    ++asked;
+    return http::response{};
+  });
+  REQUIRE(owner.start().ok());
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(owner.port());
+  node a({0, 1});
+  a.serve(group_secret);
+  a.ctx.instance = "https://127.0.0.1:1";  // what an instance with http.tls advertises
+  a.build();
+  a.membership.publish(group_of({{a.ctx.instance, {0, 1}}, {endpoint, {2, 3}}}));
+  std::string k;
+  for (int i = 0;; ++i)
+    if (partition_of(key_text(i)) >= 2) {
+      k = key_text(i);
+      break;
+    }
+  auto r = a.get("/v1/stores/s/keys/" + k);
+  CHECK(r.status == 503);
+  CHECK(r.body_json()["error_code"] == 50302);
+  auto page = a.get("/v1/stores/s/keys");
+  CHECK(page.status == 503);
+  CHECK(asked == 0);
+  owner.stop();
+}
