@@ -70,9 +70,9 @@ export function Card({
   );
 }
 
-export function Stat({ label, value, sub, tone }: { label: string; value: ComponentChildren; sub?: ComponentChildren; tone?: Tone }) {
+export function Stat({ label, value, sub, tone, testId }: { label: string; value: ComponentChildren; sub?: ComponentChildren; tone?: Tone; testId?: string }) {
   return (
-    <div class={`stat ${tone ? `stat-${tone}` : ''}`}>
+    <div class={`stat ${tone ? `stat-${tone}` : ''}`} data-testid={testId}>
       <div class="stat-label">{label}</div>
       <div class="stat-value">{value}</div>
       {sub && <div class="stat-sub">{sub}</div>}
