@@ -1,5 +1,6 @@
-# Shared by scripts/test and scripts/demo: repository paths, phase headers, build.
-# Sourced, not executed.
+# Shared by scripts/test and scripts/demo: repository paths, phase headers, build,
+# waiting for a started kstate. Sourced, not executed.
+# shellcheck shell=bash
 
 KSTATE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Build directory: $KSTATE_BUILD_DIR (relative paths are taken from the repository
@@ -53,4 +54,46 @@ kstate_build_web() {
     fi
   done
   (cd "$KSTATE_ROOT/web" && npm run --silent build) || return 1
+}
+
+# kstate_await_ready PID URL LOG [SECONDS]: waits until URL (an instance's /readyz)
+# answers 200 and returns 0. PID is the `$!` of the launch: a background child of this
+# very shell, so call this from the shell that started it, never from a subshell. Its
+# liveness comes from the shell's job table, which knows the child from the fork on;
+# nothing is read from /proc, where a child that has not exec'd yet still shows the
+# shell's command line, and a reaped child's pid may already belong to someone else.
+# Returns 1, with the tail of LOG and the reason on stderr, when the child exits first
+# (with its exit status) or SECONDS (default 60) pass.
+kstate_await_ready() {
+  local pid=$1 url=$2 log=$3 limit=${4:-60}
+  local deadline=$((SECONDS + limit)) status
+  while :; do
+    if ! kstate_job_running "$pid"; then
+      status=0
+      wait "$pid" || status=$?
+      tail -n 20 "$log" >&2
+      if [ "$status" -gt 128 ]; then
+        echo "kstate (pid $pid) was killed by signal $((status - 128)) before it was ready; see $log" >&2
+      else
+        echo "kstate (pid $pid) exited with status $status before it was ready; see $log" >&2
+      fi
+      return 1
+    fi
+    if [ "$(curl -s -o /dev/null -m 5 -w '%{http_code}' "$url")" = 200 ]; then return 0; fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      tail -n 20 "$log" >&2
+      echo "kstate (pid $pid) is running but $url did not answer 200 within $limit s; see $log" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# kstate_job_running PID: whether PID is a background job of this shell still running.
+kstate_job_running() {
+  local p
+  for p in $(jobs -rp); do
+    if [ "$p" = "$1" ]; then return 0; fi
+  done
+  return 1
 }

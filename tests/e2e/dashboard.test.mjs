@@ -115,7 +115,7 @@ function logTail(path) {
 
 // ---- fixture --------------------------------------------------------------------------
 
-const run = { topic: '', clicks: null, kstate: null, context: null, page: null, base: '', log: '', errors: [], latest: null, profile: '' };
+const run = { topic: '', linesTopic: '', clicks: null, kstate: null, context: null, page: null, base: '', log: '', errors: [], latest: null, profile: '' };
 
 before(async () => {
   // Prerequisites, each failing with what to do about it.
@@ -162,6 +162,13 @@ before(async () => {
   run.clicks = clickSet();
   kafka(['produce-bytes', '--topic', clickTopic], run.clicks.lines.join('\n') + '\n');
 
+  // Text for a word count: a re-keyed aggregate, whose store topic (the repartition
+  // topic kstate creates) is not the topic it reads. /readyz weighs both.
+  const linesTopic = `e2e-lines-${stamp}`;
+  run.linesTopic = linesTopic;
+  kafka(['topics', '--create', '--topic', linesTopic, '--partitions', '3', '--replication-factor', '1']);
+  kafka(['console-producer', '--topic', linesTopic], ['the quick brown fox', 'jumps over the lazy dog', 'the end'].join('\n') + '\n');
+
   const port = await freePort();
   run.base = `http://127.0.0.1:${port}`;
   const config = join(out, 'kstate.yaml');
@@ -184,6 +191,10 @@ before(async () => {
       '    kind: count',
       `    topic: ${clickTopic}`,
       '    window: {type: tumbling, size: 1m, grace: 10m, retention: 30d}',
+      '  - name: words',
+      '    kind: count',
+      `    topic: ${linesTopic}`,
+      '    group_by: words',
       '',
     ].join('\n'),
   );
@@ -331,6 +342,26 @@ test('overview lists this instance as ready', async () => {
   await shot('overview-phone-dark');
   await setView(PHONE, 'light');
   await shot('overview-phone-light');
+});
+
+test('overview counts the partitions ready exactly as /readyz does, source topics of re-keyed aggregates included', async () => {
+  const r = await getJson(`${run.base}/readyz`);
+  assert.equal(r.status, 200, 'ready before the tests begin');
+  const topics = new Set(r.body.partitions.map((p) => p.topic));
+  // users, clicks, lines (read by words) and words' repartition topic: 3 partitions each.
+  assert.ok(topics.has(run.linesTopic), `/readyz weighs the source topic of the word count: ${[...topics].join(', ')}`);
+  assert.equal(r.body.partitions.length, 12, 'four topics of 3 partitions, all assigned to the one instance');
+  const ready = r.body.partitions.filter((p) => p.ready).length;
+  assert.equal(ready, 12, '/readyz 200: every partition it lists is ready');
+
+  await setView(DESKTOP, 'light');
+  await open('#/');
+  const stat = run.page.getByTestId('partitions-ready');
+  const value = stat.locator('.stat-value');
+  await value.filter({ hasText: /^\d+ \/ \d+$/ }).waitFor(); // loaded
+  assert.equal(await value.innerText(), `${ready} / ${r.body.partitions.length}`, 'the overview counts what /readyz counts');
+  assert.match(await stat.getAttribute('class'), /\bstat-ok\b/, 'shown as ready, as /readyz says');
+  await shot('overview-ready-count-desktop-light', { fullPage: false });
 });
 
 test('stores page shows the store with its keys and restore progress', async () => {

@@ -49,4 +49,4 @@ leaf server "IP:127.0.0.1,DNS:localhost" 20200101000000Z 20991231235959Z
 leaf expired "IP:127.0.0.1,DNS:localhost" 20200101000000Z 20200102000000Z
 leaf wronghost "DNS:other.example" 20200101000000Z 20991231235959Z
 leaf client "DNS:kstate-client" 20200101000000Z 20991231235959Z
-chmod 600 *.key
+chmod 600 ./*.key

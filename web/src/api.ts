@@ -166,7 +166,7 @@ export async function lookup(store: string, key: string, format: KeyFormat): Pro
     return { found: true, answer: (await getJson<KeyValue>(url)).body };
   } catch (e) {
     if (e instanceof ApiError && e.errorCode === 40402 && e.problem) {
-      return { found: false, answer: e.problem as KeyNotFoundProblem };
+      return { found: false, answer: e.problem };
     }
     throw e;
   }

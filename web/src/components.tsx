@@ -70,9 +70,9 @@ export function Card({
   );
 }
 
-export function Stat({ label, value, sub, tone }: { label: string; value: ComponentChildren; sub?: ComponentChildren; tone?: Tone }) {
+export function Stat({ label, value, sub, tone, testId }: { label: string; value: ComponentChildren; sub?: ComponentChildren; tone?: Tone; testId?: string }) {
   return (
-    <div class={`stat ${tone ? `stat-${tone}` : ''}`}>
+    <div class={`stat ${tone ? `stat-${tone}` : ''}`} data-testid={testId}>
       <div class="stat-label">{label}</div>
       <div class="stat-value">{value}</div>
       {sub && <div class="stat-sub">{sub}</div>}
@@ -159,7 +159,8 @@ function render(v: unknown, pretty: boolean, depth: number): ComponentChildren {
       </>
     );
   }
-  return String(v);
+  // Nothing JSON.parse returns gets here; a caller's undefined or bigint still shows.
+  return typeof v === 'bigint' ? v.toString() : v === undefined ? 'undefined' : `(${typeof v})`;
 }
 
 // A key as shown by the API: strings as they are, anything else (json keys) as JSON.
@@ -173,14 +174,16 @@ export function CopyButton({ text, label = 'Copy' }: { text: string; label?: str
     <button
       type="button"
       class="btn btn-ghost btn-small"
-      onClick={async () => {
-        try {
-          await navigator.clipboard.writeText(text);
-          setDone(true);
-          setTimeout(() => setDone(false), 1200);
-        } catch {
-          // clipboard refused (insecure context): nothing to do
-        }
+      onClick={() => {
+        navigator.clipboard.writeText(text).then(
+          () => {
+            setDone(true);
+            setTimeout(() => setDone(false), 1200);
+          },
+          () => {
+            // clipboard refused (insecure context): nothing to do
+          },
+        );
       }}
     >
       {done ? 'Copied' : label}

@@ -1,7 +1,7 @@
 // What the pages know about the cluster: GET /v1/cluster when this kstate has it,
-// otherwise this instance alone (its /readyz and /v1/stores).
+// otherwise this instance alone (its /v1/stores); readiness always from /readyz.
 
-import { cluster, listStores, readiness, type ClusterPartition, type Store } from './api';
+import { cluster, listStores, readiness, type ClusterPartition, type Readiness, type Store } from './api';
 
 export interface InstanceView {
   endpoint: string;
@@ -19,12 +19,23 @@ export interface ClusterView {
   partitions: ClusterPartition[] | null; // per-partition owners and lag: cluster only
   stores: Store[];
   servedBy: string;
-  readyPartitions: number; // partitions restored, of `totalPartitions`
-  totalPartitions: number; // in the group (cluster) or assigned here (local)
+  // This instance's GET /readyz, and the partition counts taken from it: exactly the
+  // partitions /readyz weighs (store topics and the source topics of re-keyed
+  // aggregates), so the figure and /readyz's verdict never disagree. /v1/cluster is no
+  // source for this: it reports no readiness for those source topics.
+  readiness: Readiness;
+  readyPartitions: number;
+  totalPartitions: number;
+  readyInstances: number; // instances whose own readiness (their /readyz verdict) is true
 }
 
 export async function loadClusterView(): Promise<ClusterView> {
-  const [c, s] = await Promise.all([cluster(), listStores()]);
+  const [c, s, r] = await Promise.all([cluster(), listStores(), readiness()]);
+  const fromReadiness = {
+    readiness: r,
+    readyPartitions: r.partitions.filter((p) => p.ready).length,
+    totalPartitions: r.partitions.length,
+  };
   if (c) {
     return {
       source: 'cluster',
@@ -34,11 +45,10 @@ export async function loadClusterView(): Promise<ClusterView> {
       partitions: c.partitions,
       stores: s.data,
       servedBy: c.served_by,
-      readyPartitions: c.partitions.filter((p) => p.ready).length,
-      totalPartitions: c.partitions.length,
+      ...fromReadiness,
+      readyInstances: c.instances.filter((i) => i.ready === true).length,
     };
   }
-  const r = await readiness();
   return {
     source: 'local',
     group: null,
@@ -47,8 +57,8 @@ export async function loadClusterView(): Promise<ClusterView> {
     partitions: null,
     stores: s.data,
     servedBy: s.served_by,
-    readyPartitions: r.partitions.filter((p) => p.ready).length,
-    totalPartitions: r.partitions.length,
+    ...fromReadiness,
+    readyInstances: r.ready ? 1 : 0,
   };
 }
 

@@ -1,6 +1,6 @@
 import { Card, Loading, Notice, Pill, ProblemView, Stat, PageHead } from '../components';
 import { LiveChart } from '../chart';
-import { loadClusterView, type InstanceView } from '../data';
+import { loadClusterView, type ClusterView, type InstanceView } from '../data';
 import * as fmt from '../format';
 import { href, usePoll, useSampler } from '../hooks';
 import { localLagTotal } from '../metrics';
@@ -42,8 +42,9 @@ export function Overview() {
         <Stat
           label="Partitions ready"
           value={v ? `${v.readyPartitions} / ${v.totalPartitions}` : '—'}
-          sub={v?.source === 'cluster' ? 'in the group' : 'assigned here'}
-          tone={v ? (v.readyPartitions === v.totalPartitions ? 'ok' : 'warn') : undefined}
+          sub={v ? <ReadySub v={v} /> : undefined}
+          tone={v ? (v.readiness.ready ? 'ok' : 'warn') : undefined}
+          testId="partitions-ready"
         />
         <Stat
           label="Total lag"
@@ -108,6 +109,18 @@ export function Overview() {
           </ul>
         )}
       </Card>
+    </>
+  );
+}
+
+// Under the ready count: whose count it is (this instance's, as its /readyz weighs it),
+// and in a group how many instances are ready by their own /readyz.
+function ReadySub({ v }: { v: ClusterView }) {
+  const here = v.readiness.draining ? 'assigned here · draining' : 'assigned here';
+  if (v.source === 'local') return <>{here}</>;
+  return (
+    <>
+      {here} · {v.readyInstances} / {v.instances.length} {v.instances.length === 1 ? 'instance' : 'instances'} ready
     </>
   );
 }

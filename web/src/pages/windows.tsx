@@ -70,22 +70,25 @@ export function KeyWindowsCard({ store, format, formatSelect }: { store: Store &
   const [answer, setAnswer] = useState<KeyWindows | null>(null);
   const [error, setError] = useState<ApiError | null>(null);
   const max = answer ? largest(answer.data.map((w) => w.value)) : 0;
+  async function show() {
+    setBusy(true);
+    setError(null);
+    try {
+      setAnswer(await keyWindows(store.name, key, format, from, to));
+    } catch (err) {
+      setAnswer(null);
+      setError(asError(err));
+    } finally {
+      setBusy(false);
+    }
+  }
   return (
     <Card title="Windows of a key" id="windows">
       <form
         class="form-row"
-        onSubmit={async (e) => {
+        onSubmit={(e) => {
           e.preventDefault();
-          setBusy(true);
-          setError(null);
-          try {
-            setAnswer(await keyWindows(store.name, key, format, from, to));
-          } catch (err) {
-            setAnswer(null);
-            setError(asError(err));
-          } finally {
-            setBusy(false);
-          }
+          void show();
         }}
       >
         <label class="field grow">
