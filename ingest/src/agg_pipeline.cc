@@ -51,7 +51,7 @@ agg_pipeline::agg_pipeline(const ingest_config& cfg, std::vector<const view_def*
   for (const auto* v : views) {
     auto id = db.find_view(v->name);
     if (!id) throw std::invalid_argument("view '" + v->name + "' has no column family");
-    views_.push_back(view_state{v, *id, aggregator(*v)});
+    views_.push_back(view_state{v, *id, aggregator(*v, cfg.max_json_depth)});
   }
   for (size_t i = 0; i < views_.size(); ++i) {
     const auto& v = *views_[i].def;
@@ -443,7 +443,7 @@ std::optional<std::string> agg_pipeline::current(view_state& v, int32_t partitio
 
 void agg_pipeline::stage1(view_state& v, const record& r) {
   std::vector<std::string> keys;
-  auto why = group_keys(*v.def, r.key, r.value, keys);
+  auto why = group_keys(*v.def, r.key, r.value, cfg_.max_json_depth, keys);
   if (why.empty()) why = v.agg.check(r.value);
   if (!why.empty()) {
     builder_.reject(*v.def, r, std::move(why));
@@ -463,11 +463,16 @@ void agg_pipeline::stage1(view_state& v, const record& r) {
 void agg_pipeline::stage2(view_state& v, const record& r) {
   std::string key;
   if (v.def->rekeyed()) {
-    // Re-keyed by stage 1: the key is the group key.
+    // Re-keyed by stage 1: the key is the group key. The repartition topic is written
+    // by stage 1 but readable by anyone, so the bound is checked again.
     key = r.key ? std::string(*r.key) : std::string();
+    if (auto why = check_group_key(*v.def, key, cfg_.max_json_depth); !why.empty()) {
+      builder_.reject(*v.def, r, std::move(why));
+      return;
+    }
   } else {
     std::vector<std::string> keys;
-    auto why = group_keys(*v.def, r.key, r.value, keys);
+    auto why = group_keys(*v.def, r.key, r.value, cfg_.max_json_depth, keys);
     if (!why.empty()) {
       builder_.reject(*v.def, r, std::move(why));
       return;
@@ -479,7 +484,7 @@ void agg_pipeline::stage2(view_state& v, const record& r) {
     return;
   }
   int64_t ts = 0;
-  if (auto why = event_time(*v.def, r.value, r.timestamp, ts); !why.empty()) {
+  if (auto why = event_time(*v.def, r.value, r.timestamp, cfg_.max_json_depth, ts); !why.empty()) {
     builder_.reject(*v.def, r, std::move(why));
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_check.h"
 #include "core/utf8.h"
 
 namespace kstate::ingest {
@@ -11,6 +12,21 @@ using json = nlohmann::json;
 
 bool word_byte(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c >= 0x80;
+}
+
+std::string too_deep(const char* what, int max_json_depth) {
+  return std::string(what) + " is nested deeper than max_json_depth (" + std::to_string(max_json_depth) + ")";
+}
+
+// Parses a record's JSON text after check_json() found it valid and within
+// `max_json_depth`, so that nothing nested deeper ever becomes a json value (copying
+// and dump() recurse per level). Returns the verdict; `out` is set on ok.
+json_verdict parse_json(std::string_view text, int max_json_depth, json& out) {
+  auto v = check_json(text, max_json_depth);
+  if (v != json_verdict::ok) return v;
+  out = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  // check_json accepts exactly what nlohmann accepts; this only guards that promise.
+  return out.is_discarded() ? json_verdict::invalid : json_verdict::ok;
 }
 
 // The field at a dotted path ("a.b.c"), or null when any step is missing.
@@ -30,22 +46,23 @@ const json* at_path(const json& doc, std::string_view path) {
   return cur;
 }
 
-bool parse_json(std::string_view text, json& out) {
-  out = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  return !out.is_discarded();
-}
-
 // The number a view aggregates from a value: the value itself, or the field at
 // value_path of a JSON value.
-std::optional<json> number_of(const view_def& v, std::optional<std::string_view> value, std::string& why) {
+std::optional<json> number_of(const view_def& v, std::optional<std::string_view> value, int max_json_depth,
+                              std::string& why) {
   if (!value) {
     why = "null value: nothing to aggregate";
     return std::nullopt;
   }
   json doc;
-  if (!parse_json(*value, doc)) {
-    why = v.value_path.empty() ? "value is not a number" : "value is not valid JSON";
-    return std::nullopt;
+  switch (parse_json(*value, max_json_depth, doc)) {
+    case json_verdict::ok: break;
+    case json_verdict::invalid:
+      why = v.value_path.empty() ? "value is not a number" : "value is not valid JSON";
+      return std::nullopt;
+    case json_verdict::too_deep:
+      why = too_deep("value", max_json_depth);
+      return std::nullopt;
   }
   const json* n = &doc;
   if (!v.value_path.empty()) {
@@ -107,11 +124,18 @@ std::vector<std::string> split_words(std::string_view line) {
   return out;
 }
 
+std::string check_group_key(const view_def& view, std::string_view key, int max_json_depth) {
+  if (view.key_format == data_format::json && check_json(key, max_json_depth) == json_verdict::too_deep)
+    return too_deep("group key", max_json_depth);
+  return {};
+}
+
 std::string group_keys(const view_def& view, std::optional<std::string_view> key,
-                       std::optional<std::string_view> value, std::vector<std::string>& out) {
+                       std::optional<std::string_view> value, int max_json_depth, std::vector<std::string>& out) {
   switch (view.group_by) {
     case group_by_kind::key:
       if (!key) return "null key: nothing to group by";
+      if (auto why = check_group_key(view, *key, max_json_depth); !why.empty()) return why;
       out.emplace_back(*key);
       return {};
     case group_by_kind::words: {
@@ -125,10 +149,16 @@ std::string group_keys(const view_def& view, std::optional<std::string_view> key
     case group_by_kind::json: {
       if (!value) return "null value: no field '" + view.group_path + "' to group by";
       json doc;
-      if (!parse_json(*value, doc)) return "value is not valid JSON: no field '" + view.group_path + "' to group by";
+      switch (parse_json(*value, max_json_depth, doc)) {
+        case json_verdict::ok: break;
+        case json_verdict::invalid: return "value is not valid JSON: no field '" + view.group_path + "' to group by";
+        case json_verdict::too_deep: return too_deep("value", max_json_depth);
+      }
       const json* f = at_path(doc, view.group_path);
       if (!f || f->is_null()) return "value has no field '" + view.group_path + "' to group by";
-      out.push_back(f->is_string() ? f->get<std::string>() : f->dump());
+      std::string k = f->is_string() ? f->get<std::string>() : f->dump();
+      if (auto why = check_group_key(view, k, max_json_depth); !why.empty()) return why;
+      out.push_back(std::move(k));
       return {};
     }
   }
@@ -136,7 +166,7 @@ std::string group_keys(const view_def& view, std::optional<std::string_view> key
 }
 
 std::string event_time(const view_def& view, std::optional<std::string_view> value, int64_t record_timestamp,
-                       int64_t& out) {
+                       int max_json_depth, int64_t& out) {
   if (!view.window || view.window->time_field.empty()) {
     if (record_timestamp < 0) return "record has no timestamp";
     out = record_timestamp;
@@ -144,7 +174,9 @@ std::string event_time(const view_def& view, std::optional<std::string_view> val
   }
   const auto& path = view.window->time_field;
   json doc;
-  if (!value || !parse_json(*value, doc)) return "value is not valid JSON: no field '" + path + "' for the event time";
+  const auto parsed = value ? parse_json(*value, max_json_depth, doc) : json_verdict::invalid;
+  if (parsed == json_verdict::too_deep) return too_deep("value", max_json_depth);
+  if (parsed != json_verdict::ok) return "value is not valid JSON: no field '" + path + "' for the event time";
   const json* f = at_path(doc, path);
   if (!f || f->is_null()) return "value has no field '" + path + "' for the event time";
   if (f->is_number_integer()) {
@@ -160,12 +192,12 @@ std::string event_time(const view_def& view, std::optional<std::string_view> val
   return {};
 }
 
-aggregator::aggregator(const view_def& view) : view_(view) {}
+aggregator::aggregator(const view_def& view, int max_json_depth) : view_(view), max_json_depth_(max_json_depth) {}
 
 std::string aggregator::check(std::optional<std::string_view> value) const {
   if (!needs_number(view_)) return {};
   std::string why;
-  if (!number_of(view_, value, why)) return why;
+  if (!number_of(view_, value, max_json_depth_, why)) return why;
   return {};
 }
 
@@ -174,11 +206,11 @@ aggregator::outcome aggregator::apply(std::optional<std::string_view> current,
   outcome out;
   std::optional<json> n;
   if (needs_number(view_)) {
-    n = number_of(view_, value, out.error);
+    n = number_of(view_, value, max_json_depth_, out.error);
     if (!n) return out;
   }
   json state;
-  if (current && !parse_json(*current, state)) {
+  if (current && parse_json(*current, max_json_depth_, state) != json_verdict::ok) {
     out.error = "stored aggregate is not valid JSON";
     return out;
   }

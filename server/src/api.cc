@@ -687,7 +687,7 @@ std::optional<std::string> api::request_key(const http_request& req, const std::
   }
   auto fmt = key_format_of(req, *view, err);
   if (!fmt) return std::nullopt;
-  auto key = query::decode_key(*fmt, text);
+  auto key = query::decode_key(*fmt, text, ctx_.limits.max_json_depth);
   if (!key.ok()) {
     err = problem(failure_reason::bad_key_encoding, key.error().message(), req.path);
     return std::nullopt;
@@ -886,7 +886,7 @@ http_response api::range(const http_request& req, const captures& c) const {
   q.store = c.store;
   for (auto [name, field] : {std::pair{"from", &q.from}, std::pair{"to", &q.to}, std::pair{"prefix", &q.prefix}}) {
     if (auto v = req.param(name)) {
-      auto k = query::decode_key(*fmt, *v);
+      auto k = query::decode_key(*fmt, *v, ctx_.limits.max_json_depth);
       if (!k.ok()) return problem(failure_reason::bad_key_encoding, std::string(name) + ": " + k.error().message(), req.path);
       *field = *k;
     }
@@ -971,7 +971,7 @@ http_response api::windows_range(const http_request& req, const captures& c) con
   q.store = c.store;
   for (auto [name, field] : {std::pair{"key_from", &q.from}, std::pair{"key_to", &q.to}}) {
     if (auto v = req.param(name)) {
-      auto k = query::decode_key(*fmt, *v);
+      auto k = query::decode_key(*fmt, *v, ctx_.limits.max_json_depth);
       if (!k.ok()) return problem(failure_reason::bad_key_encoding, std::string(name) + ": " + k.error().message(), req.path);
       *field = *k;
     }
@@ -1457,7 +1457,7 @@ http_response api::batch_get(const http_request& req, const captures& c) const {
     if (k.is_string()) text = k.get<std::string>();
     else if (*fmt == query::key_format::json) text = k.dump();
     else return problem(failure_reason::bad_body, "keys must be strings", req.path);
-    auto d = query::decode_key(*fmt, text);
+    auto d = query::decode_key(*fmt, text, ctx_.limits.max_json_depth);
     if (!d.ok()) return problem(failure_reason::bad_key_encoding, d.error().message(), req.path);
     decoded.push_back(std::move(*d));
   }

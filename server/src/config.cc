@@ -286,7 +286,13 @@ app_config parse(const YAML::Node& root) {
   if (!root || root.IsNull()) fail("", "the configuration is empty");
   check_keys(root, "", {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest",
                         "rocksdb", "kafka", "views", "query", "standby_replicas", "auth",
-                        "processing_guarantee"});
+                        "processing_guarantee", "max_json_depth"});
+  if (root["max_json_depth"]) {
+    // One bound for everything JSON: ingest validation and aggregates, and the API.
+    const int depth = get_number<int>(root["max_json_depth"], "max_json_depth", min_max_json_depth, max_max_json_depth);
+    c.ingest.max_json_depth = depth;
+    c.query.max_json_depth = depth;
+  }
   if (root["processing_guarantee"]) {
     auto g = get_string(root["processing_guarantee"], "processing_guarantee");
     if (g == "exactly_once") c.ingest.exactly_once = true;
@@ -470,7 +476,7 @@ bool is_secret(const std::string& key) {
 const std::set<std::string>& top_level_keys() {
   static const std::set<std::string> keys{"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint",
                                           "http", "ingest", "rocksdb", "kafka", "views", "query", "standby_replicas",
-                                          "auth", "processing_guarantee"};
+                                          "auth", "processing_guarantee", "max_json_depth"};
   return keys;
 }
 
@@ -588,6 +594,7 @@ std::string render_config(const app_config& c) {
   e << YAML::Key << "state_dir" << YAML::Value << c.state_dir;
   e << YAML::Key << "advertised_endpoint" << YAML::Value << c.advertised_endpoint;
   e << YAML::Key << "standby_replicas" << YAML::Value << c.standby_replicas;
+  e << YAML::Key << "max_json_depth" << YAML::Value << c.ingest.max_json_depth;
   e << YAML::Key << "processing_guarantee" << YAML::Value << (c.ingest.exactly_once ? "exactly_once" : "at_least_once");
   e << YAML::Key << "http" << YAML::Value << YAML::BeginMap
     << YAML::Key << "listen" << YAML::Value << (c.http.listen_address + ":" + std::to_string(c.http.port))

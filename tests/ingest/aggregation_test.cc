@@ -46,58 +46,84 @@ TEST_CASE("split_words: lower-cased runs of word characters, as written out by h
   CHECK(split_words("a\nb\tc") == std::vector<std::string>{"a", "b", "c"});
 }
 
-TEST_CASE("split_words agrees with a character-class model on random ASCII lines") {
-  std::mt19937 rng(3);
-  const std::string alphabet = "abcXYZ019_ -.,!\t";
-  for (int i = 0; i < 2000; ++i) {
-    std::string line;
-    int n = std::uniform_int_distribution<int>(0, 30)(rng);
-    for (int j = 0; j < n; ++j) line += alphabet[std::uniform_int_distribution<size_t>(0, alphabet.size() - 1)(rng)];
-    // Model: std::isalnum or '_' separate words.
-    std::vector<std::string> expect;
-    std::string cur;
-    for (char c : line) {
-      if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') cur += static_cast<char>(std::tolower(c));
-      else if (!cur.empty()) { expect.push_back(cur); cur.clear(); }
-    }
-    if (!cur.empty()) expect.push_back(cur);
-    REQUIRE_MESSAGE(split_words(line) == expect, line);
-  }
+TEST_CASE("group_keys and aggregators refuse JSON deeper than max_json_depth instead of crashing") {
+  const std::string deep_group = "{\"user\":{\"id\":" + std::string(100'000, '[') + std::string(100'000, ']') + "}}";
+  auto v = make(view_kind::count);
+  v.group_by = group_by_kind::json;
+  v.group_path = "user.id";
+  std::vector<std::string> out;
+  CHECK(group_keys(v, std::nullopt, std::string_view(deep_group), 128, out) == "value is nested deeper than max_json_depth (128)");
+  CHECK(out.empty());
+  // At the limit the field is a key, printed compactly.
+  const std::string at_limit = "{\"user\":{\"id\":" + std::string(126, '[') + std::string(126, ']') + "}}";
+  CHECK(group_keys(v, std::nullopt, std::string_view(at_limit), 128, out).empty());
+  CHECK(out == std::vector<std::string>{std::string(126, '[') + std::string(126, ']')});
+  CHECK(group_keys(v, std::nullopt, std::string_view(at_limit), 127, out) == "value is nested deeper than max_json_depth (127)");
+
+  // A group key that is a string holding deep JSON, for a view that renders keys as JSON.
+  v.key_format = data_format::json;
+  const std::string deep_text = "{\"user\":{\"id\":\"" + std::string(200, '[') + std::string(200, ']') + "\"}}";
+  CHECK(group_keys(v, std::nullopt, std::string_view(deep_text), 128, out) == "group key is nested deeper than max_json_depth (128)");
+  auto by_key = make(view_kind::count);
+  by_key.key_format = data_format::json;
+  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out) ==
+        "group key is nested deeper than max_json_depth (128)");
+  by_key.key_format = data_format::string;
+  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out).empty());
+
+  // sum reads the number from the value; the depth is checked before the parse.
+  auto sv = make(view_kind::sum);
+  sv.value_path = "a";
+  aggregator sum(sv, 4);
+  CHECK(sum.check(std::string_view(R"({"a":1,"b":[[[]]]})")).empty());
+  CHECK(sum.check(std::string_view(R"({"a":1,"b":[[[[]]]]})")) == "value is nested deeper than max_json_depth (4)");
+  CHECK(sum.apply(std::nullopt, std::string_view(R"({"a":1,"b":[[[[]]]]})")).error ==
+        "value is nested deeper than max_json_depth (4)");
+
+  // The event time of a windowed view from a field of a deep value.
+  auto wv = make(view_kind::count);
+  wv.window = window_spec{};
+  wv.window->size_ms = 60'000;
+  wv.window->time_field = "t";
+  int64_t ts = 0;
+  CHECK(event_time(wv, std::string_view(deep_group), -1, 128, ts) == "value is nested deeper than max_json_depth (128)");
+  CHECK(event_time(wv, std::string_view(R"({"t":1796205600000})"), -1, 128, ts).empty());
+  CHECK(ts == 1'796'205'600'000);
 }
 
 TEST_CASE("group_keys: key, json path, words; records without a group key are refused with a reason") {
   std::vector<std::string> out;
   auto v = make(view_kind::count);
-  CHECK(group_keys(v, std::string_view("k1"), std::nullopt, out).empty());
+  CHECK(group_keys(v, std::string_view("k1"), std::nullopt, 128, out).empty());
   CHECK(out == std::vector<std::string>{"k1"});
   out.clear();
-  CHECK(!group_keys(v, std::nullopt, std::string_view("1"), out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view("1"), 128, out).empty());
 
   v.group_by = group_by_kind::json;
   v.group_path = "user.id";
   out.clear();
-  CHECK(group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":"ann"}})"), out).empty());
-  CHECK(group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":7}})"), out).empty());
+  CHECK(group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":"ann"}})"), 128, out).empty());
+  CHECK(group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":7}})"), 128, out).empty());
   CHECK(out == std::vector<std::string>{"ann", "7"});
-  CHECK(!group_keys(v, std::nullopt, std::string_view(R"({"user":{}})"), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":null}})"), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::string_view("not json"), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::nullopt, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view(R"({"user":{}})"), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":null}})"), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view("not json"), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::nullopt, 128, out).empty());
 
   v.group_by = group_by_kind::words;
   out.clear();
-  CHECK(group_keys(v, std::nullopt, std::string_view("to be, or not to BE"), out).empty());
+  CHECK(group_keys(v, std::nullopt, std::string_view("to be, or not to BE"), 128, out).empty());
   CHECK(out == std::vector<std::string>{"to", "be", "or", "not", "to", "be"});
-  CHECK(!group_keys(v, std::nullopt, std::string_view(""), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::string_view(" -- "), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::string_view("\xff\xfe\x00\x01", 4), out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view(""), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view(" -- "), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view("\xff\xfe\x00\x01", 4), 128, out).empty());
 }
 
 TEST_CASE("count, sum, reduce: folded values equal hand-computed results") {
-  aggregator count(make(view_kind::count));
+  aggregator count(make(view_kind::count), 128);
   CHECK(fold(count, {std::nullopt, "x", "1"}) == "3");
 
-  aggregator sum(make(view_kind::sum));
+  aggregator sum(make(view_kind::sum), 128);
   CHECK(fold(sum, {"1", "2", "39"}) == "42");
   CHECK(json::parse(fold(sum, {"1.5", "2"})).get<double>() == doctest::Approx(3.5));
   CHECK(fold(sum, {"1", "\"two\""}).rfind("error:", 0) == 0);
@@ -107,7 +133,7 @@ TEST_CASE("count, sum, reduce: folded values equal hand-computed results") {
 
   auto fv = make(view_kind::sum);
   fv.value_path = "order.amount";
-  aggregator field_sum(fv);
+  aggregator field_sum(fv, 128);
   CHECK(fold(field_sum, {R"({"order":{"amount":5}})", R"({"order":{"amount":-2}})"}) == "3");
   CHECK(fold(field_sum, {R"({"order":{}})"}).rfind("error:", 0) == 0);
   CHECK(!field_sum.check(std::string_view(R"({"order":{"amount":"5"}})")).empty());
@@ -115,18 +141,18 @@ TEST_CASE("count, sum, reduce: folded values equal hand-computed results") {
 
   auto rv = make(view_kind::reduce);
   rv.reduce = reduce_op::min;
-  CHECK(fold(aggregator(rv), {"5", "3", "9", "4"}) == "3");
+  CHECK(fold(aggregator(rv, 128), {"5", "3", "9", "4"}) == "3");
   rv.reduce = reduce_op::max;
-  CHECK(fold(aggregator(rv), {"5", "3", "9", "4"}) == "9");
+  CHECK(fold(aggregator(rv, 128), {"5", "3", "9", "4"}) == "9");
   rv.reduce = reduce_op::latest;
-  CHECK(fold(aggregator(rv), {"5", "3", "9", "4"}) == "4");
+  CHECK(fold(aggregator(rv, 128), {"5", "3", "9", "4"}) == "4");
 }
 
 TEST_CASE("aggregate: count, sum, min, max, mean equal a model over random values") {
   auto v = make(view_kind::aggregate);
   v.fields = {agg_field::count, agg_field::sum, agg_field::min, agg_field::max, agg_field::mean};
   v.value_path = "x";
-  aggregator a(v);
+  aggregator a(v, 128);
   std::mt19937 rng(11);
   for (int round = 0; round < 50; ++round) {
     int n = std::uniform_int_distribution<int>(1, 40)(rng);
@@ -148,6 +174,6 @@ TEST_CASE("aggregate: count, sum, min, max, mean equal a model over random value
   }
   // Only the configured fields (rendered in key order).
   v.fields = {agg_field::max, agg_field::count};
-  auto got = fold(aggregator(v), {R"({"x":2})", R"({"x":7})"});
+  auto got = fold(aggregator(v, 128), {R"({"x":2})", R"({"x":7})"});
   CHECK(got == R"({"count":2,"max":7})");  // nlohmann orders object keys
 }

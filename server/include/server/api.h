@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_check.h"
 #include "core/membership.h"
 #include "core/ownership.h"
 #include "query/engine.h"
@@ -38,6 +39,9 @@ struct api_config {
   // min_position wait when the request gives no timeout_ms, and the most it may ask. 
   std::chrono::milliseconds default_wait{5'000};
   std::chrono::milliseconds max_wait{60'000};
+  // Deepest nesting accepted in JSON a request brings (keys with key_format=json:
+  // deeper is 400 bad key encoding). The top-level max_json_depth; default 128.
+  int max_json_depth = default_max_json_depth;
 };
 
 struct api_context {
