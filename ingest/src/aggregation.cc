@@ -1,5 +1,11 @@
 #include "ingest/aggregation.h"
 
+#include <unicode/bytestream.h>
+#include <unicode/casemap.h>
+#include <unicode/uchar.h>
+#include <unicode/utf8.h>
+
+#include <array>
 #include <nlohmann/json.hpp>
 
 #include "core/json_check.h"
@@ -10,8 +16,46 @@ namespace {
 
 using json = nlohmann::json;
 
-bool word_byte(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c >= 0x80;
+// The word scanner's table, one entry per byte: the lower-case form of an ASCII word
+// character (exactly the ASCII members of \p{L}, \p{N}, \p{M} and \p{Pc}: letters,
+// digits, '_'), 0 for any other ASCII byte (a separator), and `multi_byte` for a byte
+// >= 0x80, which starts (or breaks) a multi-byte sequence that ICU decodes and
+// classifies. One lookup per byte both classifies and lower-cases ASCII text, which
+// never reaches ICU.
+constexpr uint8_t multi_byte = 0x80;
+constexpr std::array<uint8_t, 256> ascii_fold_table() {
+  std::array<uint8_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    if (c >= 0x80) t[c] = multi_byte;
+    else if (c >= 'A' && c <= 'Z') t[c] = static_cast<uint8_t>(c - 'A' + 'a');
+    else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') t[c] = static_cast<uint8_t>(c);
+  }
+  return t;
+}
+constexpr std::array<uint8_t, 256> ascii_fold = ascii_fold_table();
+// An ascii_fold entry of an ASCII word character: 1..0x7f.
+constexpr bool ascii_word(uint8_t folded) { return static_cast<uint8_t>(folded - 1) < 0x7f; }
+
+// A code point that belongs to a word: a letter, digit (any number), mark or connector
+// punctuation, by its Unicode general category.
+bool word_code_point(UChar32 c) {
+  return (U_GET_GC_MASK(c) & (U_GC_L_MASK | U_GC_N_MASK | U_GC_M_MASK | U_GC_PC_MASK)) != 0;
+}
+
+// `word` (well-formed UTF-8) lower-cased with ICU's full lower-case mapping in the
+// root locale (locale-independent), which also applies the final-sigma rule at the
+// word's end.
+std::string lower_case(std::string_view word) {
+  std::string lower;
+  lower.reserve(word.size());
+  icu::StringByteSink<std::string> sink(&lower);
+  UErrorCode err = U_ZERO_ERROR;
+  icu::CaseMap::utf8ToLower("", 0, icu::StringPiece(word.data(), static_cast<int32_t>(word.size())), sink, nullptr,
+                            err);
+  // ICU fails only on arguments it cannot take or on memory exhaustion, not on text:
+  // keep the word as written rather than lose it.
+  if (U_FAILURE(err)) lower.assign(word);
+  return lower;
 }
 
 std::string too_deep(const char* what, int max_json_depth) {
@@ -111,16 +155,46 @@ bool needs_number(const view_def& v) {
 
 std::vector<std::string> split_words(std::string_view line) {
   std::vector<std::string> out;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(line.data());
+  const size_t n = line.size();
+  // The current word, built as the bytes are read (one pass, like the ASCII-only
+  // splitter before it): ASCII letters lower-cased on the way, other code points
+  // copied and the whole word lower-cased by ICU at its end.
   std::string cur;
-  for (unsigned char c : line) {
-    if (word_byte(c)) {
-      cur += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : static_cast<char>(c);
-    } else if (!cur.empty()) {
-      out.push_back(std::move(cur));
-      cur.clear();
+  size_t start = 0;   // where `cur` starts in `line`
+  bool ascii = true;  // `cur` is all ASCII
+  auto end_word = [&](size_t end) {
+    if (cur.empty()) return;
+    if (ascii) out.push_back(std::move(cur));
+    else out.push_back(lower_case(line.substr(start, end - start)));
+    cur.clear();
+    ascii = true;
+  };
+  size_t i = 0;
+  while (i < n) {
+    uint8_t f = ascii_fold[bytes[i]];
+    if (ascii_word(f)) {
+      if (cur.empty()) start = i;
+      do cur.push_back(static_cast<char>(f));
+      while (++i < n && ascii_word(f = ascii_fold[bytes[i]]));
+    } else if (f != multi_byte) {
+      end_word(i);  // an ASCII separator
+      ++i;
+    } else {
+      size_t next = i;
+      UChar32 c;
+      U8_NEXT(bytes, next, n, c);  // advances next; c < 0 for an ill-formed sequence
+      if (c >= 0 && word_code_point(c)) {
+        if (cur.empty()) start = i;
+        cur.append(line.data() + i, next - i);
+        ascii = false;
+      } else {
+        end_word(i);
+      }
+      i = next;
     }
   }
-  if (!cur.empty()) out.push_back(std::move(cur));
+  end_word(n);
   return out;
 }
 

@@ -19,9 +19,14 @@
 
 namespace kstate::ingest {
 
-// The words of a line, lower-cased: maximal runs of word characters (ASCII letters,
-// digits, '_', and every byte of a multi-byte UTF-8 sequence, so non-ASCII letters stay
-// inside their word). Only ASCII letters are lower-cased.
+// The words of a line (UTF-8 text): the longest runs of code points whose Unicode
+// general category is a letter, number, mark or connector punctuation (\p{L}, \p{N},
+// \p{M}, \p{Pc}), each lower-cased with Unicode's full lower-case mapping in the root
+// locale (ICU: "STRASSE" -> "strasse", "Straße" -> "straße", "ΟΔΟΣ" -> "οδος" with a
+// final sigma, "İ" -> "i" + U+0307). No normalization, no segmentation of scripts
+// written without spaces. On ASCII these are the runs of [A-Za-z0-9_], lower-cased,
+// and ICU is not called. Ill-formed UTF-8 sequences separate words (group_keys refuses
+// such values before splitting). docs/configuration.md#words has the user's version.
 std::vector<std::string> split_words(std::string_view line);
 
 // Why a group key is refused by the view: with key_format json, a key nested deeper
