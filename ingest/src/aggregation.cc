@@ -266,6 +266,15 @@ std::string event_time(const view_def& view, std::optional<std::string_view> val
   return {};
 }
 
+std::string check_future(const view_def& view, int64_t ts, int64_t now_ms) {
+  if (!view.window || !beyond_max_future(*view.window, ts, now_ms)) return {};
+  // Printed as a date while it is one (year 9999 at most), else as epoch ms.
+  constexpr int64_t year_10000 = 253'402'300'800'000;
+  const std::string when = ts < year_10000 ? format_timestamp_ms(ts) : std::to_string(ts) + " ms";
+  return "event time " + when + " is more than max_future (" + std::to_string(view.window->max_future_ms) +
+         " ms) ahead of the clock (" + format_timestamp_ms(now_ms) + ")";
+}
+
 aggregator::aggregator(const view_def& view, int max_json_depth) : view_(view), max_json_depth_(max_json_depth) {}
 
 std::string aggregator::check(std::optional<std::string_view> value) const {

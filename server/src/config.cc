@@ -194,8 +194,9 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
   }
   if (auto w = n["window"]) {
     const std::string ww = where + ".window";
-    if (!w.IsMap()) fail(ww, "must be a map: {type: tumbling|hopping, size: 1m, advance: 10s, grace: 30s, retention: 24h}");
-    check_keys(w, ww, {"type", "size", "advance", "grace", "retention", "time_field"});
+    if (!w.IsMap())
+      fail(ww, "must be a map: {type: tumbling|hopping, size: 1m, advance: 10s, grace: 30s, retention: 24h, max_future: 1d}");
+    check_keys(w, ww, {"type", "size", "advance", "grace", "retention", "time_field", "max_future"});
     window_spec spec;
     if (w["type"]) {
       auto t = get_string(w["type"], ww + ".type");
@@ -212,6 +213,7 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
     duration("advance", spec.advance_ms);
     duration("grace", spec.grace_ms);
     duration("retention", spec.retention_ms);
+    duration("max_future", spec.max_future_ms);
     if (spec.type == window_type::hopping && !w["advance"]) fail(ww + ".advance", "is required for hopping windows");
     if (w["time_field"]) {
       spec.time_field = get_string(w["time_field"], ww + ".time_field");
@@ -701,7 +703,8 @@ std::string render_config(const app_config& c) {
           << YAML::Key << "size" << YAML::Value << std::to_string(v.window->size_ms) + "ms"
           << YAML::Key << "advance" << YAML::Value << std::to_string(v.window->advance_ms) + "ms"
           << YAML::Key << "grace" << YAML::Value << std::to_string(v.window->grace_ms) + "ms"
-          << YAML::Key << "retention" << YAML::Value << std::to_string(v.window->retention_ms) + "ms";
+          << YAML::Key << "retention" << YAML::Value << std::to_string(v.window->retention_ms) + "ms"
+          << YAML::Key << "max_future" << YAML::Value << std::to_string(v.window->max_future_ms) + "ms";
         if (!v.window->time_field.empty()) e << YAML::Key << "time_field" << YAML::Value << v.window->time_field;
         e << YAML::EndMap;
       }

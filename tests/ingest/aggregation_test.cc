@@ -120,6 +120,52 @@ TEST_CASE("group_keys and aggregators refuse JSON deeper than max_json_depth ins
   CHECK(ts == 1'796'205'600'000);
 }
 
+TEST_CASE("check_future: record timestamps and time fields beyond window.max_future are refused with a reason") {
+  auto v = make(view_kind::count);
+  v.window = window_spec{};
+  v.window->size_ms = 60'000;
+  REQUIRE(normalize(*v.window).ok());
+  const int64_t now = 1'796'292'000'000;  // 2026-12-03T10:00:00Z
+  const int64_t year_9999 = 253'402'214'400'000;
+  int64_t ts = 0;
+  // From the record timestamp.
+  REQUIRE(event_time(v, std::nullopt, year_9999, 128, ts).empty());
+  CHECK(check_future(v, ts, now) ==
+        "event time 9999-12-31T00:00:00.000Z is more than max_future (86400000 ms) ahead of the clock "
+        "(2026-12-03T10:00:00.000Z)");
+  REQUIRE(event_time(v, std::nullopt, now + 86'400'000, 128, ts).empty());
+  CHECK(check_future(v, ts, now).empty());
+  // From a time field, as epoch ms or ISO-8601.
+  v.window->time_field = "t";
+  REQUIRE(event_time(v, std::string_view(R"({"t":"9999-12-31T00:00:00Z"})"), now, 128, ts).empty());
+  CHECK_FALSE(check_future(v, ts, now).empty());
+  REQUIRE(event_time(v, std::string_view(R"({"t":9223372036854775807})"), now, 128, ts).empty());
+  CHECK(check_future(v, ts, now).rfind("event time 9223372036854775807 ms is more than max_future", 0) == 0);
+  REQUIRE(event_time(v, std::string_view(R"({"t":"2026-12-03T10:00:00Z"})"), now, 128, ts).empty());
+  CHECK(check_future(v, ts, now).empty());
+  // A view without a window has no event time to refuse.
+  CHECK(check_future(make(view_kind::count), year_9999, now).empty());
+}
+
+TEST_CASE("split_words agrees with a character-class model on random ASCII lines") {
+  std::mt19937 rng(3);
+  const std::string alphabet = "abcXYZ019_ -.,!\t";
+  for (int i = 0; i < 2000; ++i) {
+    std::string line;
+    int n = std::uniform_int_distribution<int>(0, 30)(rng);
+    for (int j = 0; j < n; ++j) line += alphabet[std::uniform_int_distribution<size_t>(0, alphabet.size() - 1)(rng)];
+    // Model: std::isalnum or '_' separate words.
+    std::vector<std::string> expect;
+    std::string cur;
+    for (char c : line) {
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') cur += static_cast<char>(std::tolower(c));
+      else if (!cur.empty()) { expect.push_back(cur); cur.clear(); }
+    }
+    if (!cur.empty()) expect.push_back(cur);
+    REQUIRE_MESSAGE(split_words(line) == expect, line);
+  }
+}
+
 TEST_CASE("group_keys: key, json path, words; records without a group key are refused with a reason") {
   std::vector<std::string> out;
   auto v = make(view_kind::count);

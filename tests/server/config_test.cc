@@ -361,3 +361,27 @@ TEST_CASE("max_json_depth: one limit for ingest and the API, 128 by default, 1 t
     CHECK(c.error().message().rfind("test.yaml: max_json_depth: must be", 0) == 0);
   }
 }
+
+TEST_CASE("window.max_future: a duration, 1d by default, rendered and read back") {
+  auto c = parse_config(R"(
+application_id: app
+bootstrap_servers: b
+views:
+  - {name: a, kind: count, topic: t, window: {size: 1m}}
+  - {name: b, kind: count, topic: t, window: {size: 1m, max_future: 10m}}
+  - {name: c, kind: count, topic: t, window: {size: 1m, max_future: 0ms}}
+)");
+  REQUIRE_MESSAGE(c.ok(), c.error().message());
+  CHECK(c->views[0].window->max_future_ms == 86'400'000);
+  CHECK(c->views[1].window->max_future_ms == 600'000);
+  CHECK(c->views[2].window->max_future_ms == 0);
+  auto again = parse_config(render_config(*c));
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  CHECK(again->views[1].window->max_future_ms == 600'000);
+  CHECK(again->views[2].window->max_future_ms == 0);
+  auto bad = parse_config("application_id: a\nbootstrap_servers: b\nviews: [{name: v, kind: count, topic: t, "
+                          "window: {size: 1m, max_future: soon}}]",
+                          "test.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("views[0].window.max_future: 'soon' is not a duration") != std::string::npos);
+}

@@ -45,6 +45,11 @@ std::string group_keys(const view_def& view, std::optional<std::string_view> key
 std::string event_time(const view_def& view, std::optional<std::string_view> value, int64_t record_timestamp,
                        int max_json_depth, int64_t& out);
 
+// Why a windowed view refuses event time `ts` when the wall clock reads `now_ms`: it
+// is more than window.max_future ahead (beyond_max_future, core/window.h). Empty:
+// accepted (and always for views without a window).
+std::string check_future(const view_def& view, int64_t ts, int64_t now_ms);
+
 class aggregator {
  public:
   // Values are checked against `max_json_depth` before they are parsed.
