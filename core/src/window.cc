@@ -66,6 +66,7 @@ status normalize(window_spec& spec) {
     return invalid_argument(fmt::format(
         "retention: must be at least size + grace ({} ms), or windows would expire before they close",
         min_retention));
+  if (spec.max_future_ms < 0) return invalid_argument("max_future: must not be negative");
   return {};
 }
 
@@ -93,6 +94,12 @@ bool window_expired(const window_spec& spec, int64_t start, int64_t stream_time)
 int64_t first_live_start(const window_spec& spec, int64_t stream_time) noexcept {
   // window_expired(s) <=> s <= stream_time - size - retention.
   return stream_time - spec.size_ms - spec.retention_ms + 1;
+}
+
+bool beyond_max_future(const window_spec& spec, int64_t ts, int64_t now_ms) noexcept {
+  // ts - now_ms computed without overflow: it is positive and below 2^64 when ts > now_ms.
+  return ts > now_ms &&
+         static_cast<uint64_t>(ts) - static_cast<uint64_t>(now_ms) > static_cast<uint64_t>(spec.max_future_ms);
 }
 
 result<int64_t> parse_duration_ms(std::string_view text) {

@@ -51,7 +51,7 @@ agg_pipeline::agg_pipeline(const ingest_config& cfg, std::vector<const view_def*
   for (const auto* v : views) {
     auto id = db.find_view(v->name);
     if (!id) throw std::invalid_argument("view '" + v->name + "' has no column family");
-    views_.push_back(view_state{v, *id, aggregator(*v)});
+    views_.push_back(view_state{v, *id, aggregator(*v, cfg.max_json_depth)});
   }
   for (size_t i = 0; i < views_.size(); ++i) {
     const auto& v = *views_[i].def;
@@ -71,6 +71,10 @@ agg_pipeline::agg_pipeline(const ingest_config& cfg, std::vector<const view_def*
                   .Register(*metrics);
     m_txn_ = &prometheus::BuildCounter().Name("kstate_ingest_transactions_total")
                   .Help("Aggregate batches made durable in Kafka, by outcome").Register(*metrics);
+    m_future_ = &prometheus::BuildCounter().Name("kstate_ingest_future_records_total")
+                    .Help("Records of windowed stores rejected because their event time was more than "
+                          "window.max_future ahead of the clock")
+                    .Register(*metrics);
   }
 }
 
@@ -441,13 +445,30 @@ std::optional<std::string> agg_pipeline::current(view_state& v, int32_t partitio
   return std::string(f->value);
 }
 
+bool agg_pipeline::refuse_future(view_state& v, const record& r, int64_t ts) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  auto why = check_future(*v.def, ts, now);
+  if (why.empty()) return false;
+  if (m_future_) m_future_->Add({{"store", v.def->name}}).Increment();
+  builder_.reject(*v.def, r, std::move(why));
+  return true;
+}
+
 void agg_pipeline::stage1(view_state& v, const record& r) {
   std::vector<std::string> keys;
-  auto why = group_keys(*v.def, r.key, r.value, keys);
+  auto why = group_keys(*v.def, r.key, r.value, cfg_.max_json_depth, keys);
   if (why.empty()) why = v.agg.check(r.value);
   if (!why.empty()) {
     builder_.reject(*v.def, r, std::move(why));
     return;
+  }
+  if (v.def->windowed()) {
+    // An event time from the future is refused here, so the dead letter is the source
+    // record. Other event-time problems are left to stage 2, which reads the time the
+    // re-keyed record carries (the producer's clock when the source had none).
+    int64_t ts = 0;
+    if (event_time(*v.def, r.value, r.timestamp, cfg_.max_json_depth, ts).empty() && refuse_future(v, r, ts)) return;
   }
   int32_t count = ownership_.partition_count(v.def->topic);
   // Words carry no value: stage 2 only counts them.
@@ -463,11 +484,16 @@ void agg_pipeline::stage1(view_state& v, const record& r) {
 void agg_pipeline::stage2(view_state& v, const record& r) {
   std::string key;
   if (v.def->rekeyed()) {
-    // Re-keyed by stage 1: the key is the group key.
+    // Re-keyed by stage 1: the key is the group key. The repartition topic is written
+    // by stage 1 but readable by anyone, so the bound is checked again.
     key = r.key ? std::string(*r.key) : std::string();
+    if (auto why = check_group_key(*v.def, key, cfg_.max_json_depth); !why.empty()) {
+      builder_.reject(*v.def, r, std::move(why));
+      return;
+    }
   } else {
     std::vector<std::string> keys;
-    auto why = group_keys(*v.def, r.key, r.value, keys);
+    auto why = group_keys(*v.def, r.key, r.value, cfg_.max_json_depth, keys);
     if (!why.empty()) {
       builder_.reject(*v.def, r, std::move(why));
       return;
@@ -479,10 +505,12 @@ void agg_pipeline::stage2(view_state& v, const record& r) {
     return;
   }
   int64_t ts = 0;
-  if (auto why = event_time(*v.def, r.value, r.timestamp, ts); !why.empty()) {
+  if (auto why = event_time(*v.def, r.value, r.timestamp, cfg_.max_json_depth, ts); !why.empty()) {
     builder_.reject(*v.def, r, std::move(why));
     return;
   }
+  // Before stream time moves: one record from the year 9999 would close every window.
+  if (refuse_future(v, r, ts)) return;
   if (auto why = v.agg.check(r.value); !why.empty()) {
     builder_.reject(*v.def, r, std::move(why));
     return;

@@ -107,6 +107,9 @@ class agg_pipeline {
                  std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp);
   void begin_if_needed();
   std::optional<std::string> current(view_state& v, int32_t partition, const std::string& key, int64_t& offset_out);
+  // Rejects the record (counted, dead-lettered) when its event time `ts` is more than
+  // the view's window.max_future ahead of the wall clock; true when it did.
+  bool refuse_future(view_state& v, const record& r, int64_t ts);
   void stage1(view_state& v, const record& r);
   void stage2(view_state& v, const record& r);
   // Folds `value` into the aggregate of `key` (the stored key) in the batch's cache and
@@ -150,6 +153,7 @@ class agg_pipeline {
   prometheus::Family<prometheus::Counter>* m_late_ = nullptr;
   prometheus::Family<prometheus::Counter>* m_restored_ = nullptr;
   prometheus::Family<prometheus::Counter>* m_txn_ = nullptr;
+  prometheus::Family<prometheus::Counter>* m_future_ = nullptr;
 
   friend void agg_delivery_report(rd_kafka_t*, const rd_kafka_message_t*, void*);
 };

@@ -1,7 +1,14 @@
 #include "ingest/aggregation.h"
 
+#include <unicode/bytestream.h>
+#include <unicode/casemap.h>
+#include <unicode/uchar.h>
+#include <unicode/utf8.h>
+
+#include <array>
 #include <nlohmann/json.hpp>
 
+#include "core/json_check.h"
 #include "core/utf8.h"
 
 namespace kstate::ingest {
@@ -9,8 +16,61 @@ namespace {
 
 using json = nlohmann::json;
 
-bool word_byte(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c >= 0x80;
+// The word scanner's table, one entry per byte: the lower-case form of an ASCII word
+// character (exactly the ASCII members of \p{L}, \p{N}, \p{M} and \p{Pc}: letters,
+// digits, '_'), 0 for any other ASCII byte (a separator), and `multi_byte` for a byte
+// >= 0x80, which starts (or breaks) a multi-byte sequence that ICU decodes and
+// classifies. One lookup per byte both classifies and lower-cases ASCII text, which
+// never reaches ICU.
+constexpr uint8_t multi_byte = 0x80;
+constexpr std::array<uint8_t, 256> ascii_fold_table() {
+  std::array<uint8_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    if (c >= 0x80) t[c] = multi_byte;
+    else if (c >= 'A' && c <= 'Z') t[c] = static_cast<uint8_t>(c - 'A' + 'a');
+    else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') t[c] = static_cast<uint8_t>(c);
+  }
+  return t;
+}
+constexpr std::array<uint8_t, 256> ascii_fold = ascii_fold_table();
+// An ascii_fold entry of an ASCII word character: 1..0x7f.
+constexpr bool ascii_word(uint8_t folded) { return static_cast<uint8_t>(folded - 1) < 0x7f; }
+
+// A code point that belongs to a word: a letter, digit (any number), mark or connector
+// punctuation, by its Unicode general category.
+bool word_code_point(UChar32 c) {
+  return (U_GET_GC_MASK(c) & (U_GC_L_MASK | U_GC_N_MASK | U_GC_M_MASK | U_GC_PC_MASK)) != 0;
+}
+
+// `word` (well-formed UTF-8) lower-cased with ICU's full lower-case mapping in the
+// root locale (locale-independent), which also applies the final-sigma rule at the
+// word's end.
+std::string lower_case(std::string_view word) {
+  std::string lower;
+  lower.reserve(word.size());
+  icu::StringByteSink<std::string> sink(&lower);
+  UErrorCode err = U_ZERO_ERROR;
+  icu::CaseMap::utf8ToLower("", 0, icu::StringPiece(word.data(), static_cast<int32_t>(word.size())), sink, nullptr,
+                            err);
+  // ICU fails only on arguments it cannot take or on memory exhaustion, not on text:
+  // keep the word as written rather than lose it.
+  if (U_FAILURE(err)) lower.assign(word);
+  return lower;
+}
+
+std::string too_deep(const char* what, int max_json_depth) {
+  return std::string(what) + " is nested deeper than max_json_depth (" + std::to_string(max_json_depth) + ")";
+}
+
+// Parses a record's JSON text after check_json() found it valid and within
+// `max_json_depth`, so that nothing nested deeper ever becomes a json value (copying
+// and dump() recurse per level). Returns the verdict; `out` is set on ok.
+json_verdict parse_json(std::string_view text, int max_json_depth, json& out) {
+  auto v = check_json(text, max_json_depth);
+  if (v != json_verdict::ok) return v;
+  out = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  // check_json accepts exactly what nlohmann accepts; this only guards that promise.
+  return out.is_discarded() ? json_verdict::invalid : json_verdict::ok;
 }
 
 // The field at a dotted path ("a.b.c"), or null when any step is missing.
@@ -30,22 +90,23 @@ const json* at_path(const json& doc, std::string_view path) {
   return cur;
 }
 
-bool parse_json(std::string_view text, json& out) {
-  out = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  return !out.is_discarded();
-}
-
 // The number a view aggregates from a value: the value itself, or the field at
 // value_path of a JSON value.
-std::optional<json> number_of(const view_def& v, std::optional<std::string_view> value, std::string& why) {
+std::optional<json> number_of(const view_def& v, std::optional<std::string_view> value, int max_json_depth,
+                              std::string& why) {
   if (!value) {
     why = "null value: nothing to aggregate";
     return std::nullopt;
   }
   json doc;
-  if (!parse_json(*value, doc)) {
-    why = v.value_path.empty() ? "value is not a number" : "value is not valid JSON";
-    return std::nullopt;
+  switch (parse_json(*value, max_json_depth, doc)) {
+    case json_verdict::ok: break;
+    case json_verdict::invalid:
+      why = v.value_path.empty() ? "value is not a number" : "value is not valid JSON";
+      return std::nullopt;
+    case json_verdict::too_deep:
+      why = too_deep("value", max_json_depth);
+      return std::nullopt;
   }
   const json* n = &doc;
   if (!v.value_path.empty()) {
@@ -94,24 +155,61 @@ bool needs_number(const view_def& v) {
 
 std::vector<std::string> split_words(std::string_view line) {
   std::vector<std::string> out;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(line.data());
+  const size_t n = line.size();
+  // The current word, built as the bytes are read (one pass, like the ASCII-only
+  // splitter before it): ASCII letters lower-cased on the way, other code points
+  // copied and the whole word lower-cased by ICU at its end.
   std::string cur;
-  for (unsigned char c : line) {
-    if (word_byte(c)) {
-      cur += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : static_cast<char>(c);
-    } else if (!cur.empty()) {
-      out.push_back(std::move(cur));
-      cur.clear();
+  size_t start = 0;   // where `cur` starts in `line`
+  bool ascii = true;  // `cur` is all ASCII
+  auto end_word = [&](size_t end) {
+    if (cur.empty()) return;
+    if (ascii) out.push_back(std::move(cur));
+    else out.push_back(lower_case(line.substr(start, end - start)));
+    cur.clear();
+    ascii = true;
+  };
+  size_t i = 0;
+  while (i < n) {
+    uint8_t f = ascii_fold[bytes[i]];
+    if (ascii_word(f)) {
+      if (cur.empty()) start = i;
+      do cur.push_back(static_cast<char>(f));
+      while (++i < n && ascii_word(f = ascii_fold[bytes[i]]));
+    } else if (f != multi_byte) {
+      end_word(i);  // an ASCII separator
+      ++i;
+    } else {
+      size_t next = i;
+      UChar32 c;
+      U8_NEXT(bytes, next, n, c);  // advances next; c < 0 for an ill-formed sequence
+      if (c >= 0 && word_code_point(c)) {
+        if (cur.empty()) start = i;
+        cur.append(line.data() + i, next - i);
+        ascii = false;
+      } else {
+        end_word(i);
+      }
+      i = next;
     }
   }
-  if (!cur.empty()) out.push_back(std::move(cur));
+  end_word(n);
   return out;
 }
 
+std::string check_group_key(const view_def& view, std::string_view key, int max_json_depth) {
+  if (view.key_format == data_format::json && check_json(key, max_json_depth) == json_verdict::too_deep)
+    return too_deep("group key", max_json_depth);
+  return {};
+}
+
 std::string group_keys(const view_def& view, std::optional<std::string_view> key,
-                       std::optional<std::string_view> value, std::vector<std::string>& out) {
+                       std::optional<std::string_view> value, int max_json_depth, std::vector<std::string>& out) {
   switch (view.group_by) {
     case group_by_kind::key:
       if (!key) return "null key: nothing to group by";
+      if (auto why = check_group_key(view, *key, max_json_depth); !why.empty()) return why;
       out.emplace_back(*key);
       return {};
     case group_by_kind::words: {
@@ -125,10 +223,16 @@ std::string group_keys(const view_def& view, std::optional<std::string_view> key
     case group_by_kind::json: {
       if (!value) return "null value: no field '" + view.group_path + "' to group by";
       json doc;
-      if (!parse_json(*value, doc)) return "value is not valid JSON: no field '" + view.group_path + "' to group by";
+      switch (parse_json(*value, max_json_depth, doc)) {
+        case json_verdict::ok: break;
+        case json_verdict::invalid: return "value is not valid JSON: no field '" + view.group_path + "' to group by";
+        case json_verdict::too_deep: return too_deep("value", max_json_depth);
+      }
       const json* f = at_path(doc, view.group_path);
       if (!f || f->is_null()) return "value has no field '" + view.group_path + "' to group by";
-      out.push_back(f->is_string() ? f->get<std::string>() : f->dump());
+      std::string k = f->is_string() ? f->get<std::string>() : f->dump();
+      if (auto why = check_group_key(view, k, max_json_depth); !why.empty()) return why;
+      out.push_back(std::move(k));
       return {};
     }
   }
@@ -136,7 +240,7 @@ std::string group_keys(const view_def& view, std::optional<std::string_view> key
 }
 
 std::string event_time(const view_def& view, std::optional<std::string_view> value, int64_t record_timestamp,
-                       int64_t& out) {
+                       int max_json_depth, int64_t& out) {
   if (!view.window || view.window->time_field.empty()) {
     if (record_timestamp < 0) return "record has no timestamp";
     out = record_timestamp;
@@ -144,7 +248,9 @@ std::string event_time(const view_def& view, std::optional<std::string_view> val
   }
   const auto& path = view.window->time_field;
   json doc;
-  if (!value || !parse_json(*value, doc)) return "value is not valid JSON: no field '" + path + "' for the event time";
+  const auto parsed = value ? parse_json(*value, max_json_depth, doc) : json_verdict::invalid;
+  if (parsed == json_verdict::too_deep) return too_deep("value", max_json_depth);
+  if (parsed != json_verdict::ok) return "value is not valid JSON: no field '" + path + "' for the event time";
   const json* f = at_path(doc, path);
   if (!f || f->is_null()) return "value has no field '" + path + "' for the event time";
   if (f->is_number_integer()) {
@@ -160,12 +266,21 @@ std::string event_time(const view_def& view, std::optional<std::string_view> val
   return {};
 }
 
-aggregator::aggregator(const view_def& view) : view_(view) {}
+std::string check_future(const view_def& view, int64_t ts, int64_t now_ms) {
+  if (!view.window || !beyond_max_future(*view.window, ts, now_ms)) return {};
+  // Printed as a date while it is one (year 9999 at most), else as epoch ms.
+  constexpr int64_t year_10000 = 253'402'300'800'000;
+  const std::string when = ts < year_10000 ? format_timestamp_ms(ts) : std::to_string(ts) + " ms";
+  return "event time " + when + " is more than max_future (" + std::to_string(view.window->max_future_ms) +
+         " ms) ahead of the clock (" + format_timestamp_ms(now_ms) + ")";
+}
+
+aggregator::aggregator(const view_def& view, int max_json_depth) : view_(view), max_json_depth_(max_json_depth) {}
 
 std::string aggregator::check(std::optional<std::string_view> value) const {
   if (!needs_number(view_)) return {};
   std::string why;
-  if (!number_of(view_, value, why)) return why;
+  if (!number_of(view_, value, max_json_depth_, why)) return why;
   return {};
 }
 
@@ -174,11 +289,11 @@ aggregator::outcome aggregator::apply(std::optional<std::string_view> current,
   outcome out;
   std::optional<json> n;
   if (needs_number(view_)) {
-    n = number_of(view_, value, out.error);
+    n = number_of(view_, value, max_json_depth_, out.error);
     if (!n) return out;
   }
   json state;
-  if (current && !parse_json(*current, state)) {
+  if (current && parse_json(*current, max_json_depth_, state) != json_verdict::ok) {
     out.error = "stored aggregate is not valid JSON";
     return out;
   }

@@ -2,19 +2,36 @@
 
 #include <array>
 
+#include "core/json_check.h"
 #include "core/utf8.h"
 #include "core/value_codec.h"
 
 namespace kstate::ingest {
 
-std::string validate(const view_def& view, const record& r) {
+namespace {
+
+// Why `text` is not a JSON document within the depth bound, or empty. `what` names the
+// part and its format setting, e.g. "value" / "value_format json".
+std::string json_problem(std::string_view text, int max_json_depth, const char* what, const char* setting) {
+  switch (check_json(text, max_json_depth)) {
+    case json_verdict::ok: return {};
+    case json_verdict::invalid: return std::string(what) + " is not valid JSON (" + setting + ")";
+    case json_verdict::too_deep:
+      return std::string(what) + " is nested deeper than max_json_depth (" + std::to_string(max_json_depth) + ")";
+  }
+  return std::string(what) + " is not valid JSON (" + setting + ")";
+}
+
+}  // namespace
+
+std::string validate(const view_def& view, const record& r, int max_json_depth) {
   if (!r.key) return "null key: a table needs a key";
   switch (view.key_format) {
     case data_format::string:
       if (!valid_utf8(*r.key)) return "key is not valid UTF-8 (key_format string)";
       break;
     case data_format::json:
-      if (!valid_json(*r.key)) return "key is not valid JSON (key_format json)";
+      if (auto why = json_problem(*r.key, max_json_depth, "key", "key_format json"); !why.empty()) return why;
       break;
     case data_format::bytes:
       break;
@@ -25,7 +42,7 @@ std::string validate(const view_def& view, const record& r) {
       if (!valid_utf8(*r.value)) return "value is not valid UTF-8 (value_format string)";
       break;
     case data_format::json:
-      if (!valid_json(*r.value)) return "value is not valid JSON (value_format json)";
+      if (auto why = json_problem(*r.value, max_json_depth, "value", "value_format json"); !why.empty()) return why;
       break;
     case data_format::bytes:
       break;
@@ -33,8 +50,8 @@ std::string validate(const view_def& view, const record& r) {
   return {};
 }
 
-batch_builder::batch_builder(storage::db& db, const std::vector<view_def>& views)
-    : db_(db), batch_(db.new_batch()) {
+batch_builder::batch_builder(storage::db& db, const std::vector<view_def>& views, int max_json_depth)
+    : db_(db), max_json_depth_(max_json_depth), batch_(db.new_batch()) {
   for (const auto& v : views) {
     if (v.is_aggregate()) continue;  // applied by the aggregate pipeline
     auto id = db.find_view(v.name);
@@ -109,7 +126,7 @@ void batch_builder::add(const record& r) {
     // A view that already reflects this offset (e.g. added to a topic other views read)
     // must not apply it twice.
     if (r.offset < pos.next) continue;
-    auto reason = validate(*slot.def, r);
+    auto reason = validate(*slot.def, r, max_json_depth_);
     auto& vc = *cur.per_view[i];
     if (!reason.empty()) {
       ++c.invalid;

@@ -570,7 +570,7 @@ engine::~engine() { stop(); }
 
 status engine::start() {
   auto& i = *impl_;
-  i.builder = std::make_unique<batch_builder>(i.db, i.views);
+  i.builder = std::make_unique<batch_builder>(i.db, i.views, i.cfg.max_json_depth);
   std::set<std::string> dlq_topics;
   std::vector<const view_def*> aggregates;
   for (const auto& v : i.views) {

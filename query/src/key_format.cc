@@ -5,6 +5,7 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "core/json_check.h"
 #include "core/utf8.h"
 
 namespace kstate::query {
@@ -81,7 +82,7 @@ result<std::string> base64url_decode(std::string_view text) {
   return out;
 }
 
-result<std::string> decode_key(key_format f, std::string_view text) {
+result<std::string> decode_key(key_format f, std::string_view text, int max_json_depth) {
   switch (f) {
     case key_format::string:
       if (!valid_utf8(text)) return invalid_argument("key is not valid UTF-8 (key_format=string)");
@@ -99,6 +100,13 @@ result<std::string> decode_key(key_format f, std::string_view text) {
       return out;
     }
     case key_format::json: {
+      switch (check_json(text, max_json_depth)) {
+        case json_verdict::ok: break;
+        case json_verdict::invalid: return invalid_argument("key is not valid JSON (key_format=json)");
+        case json_verdict::too_deep:
+          return invalid_argument("key is nested deeper than max_json_depth (" + std::to_string(max_json_depth) +
+                                  ") (key_format=json)");
+      }
       auto j = nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr, false);
       if (j.is_discarded()) return invalid_argument("key is not valid JSON (key_format=json)");
       return j.dump();

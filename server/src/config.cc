@@ -194,8 +194,9 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
   }
   if (auto w = n["window"]) {
     const std::string ww = where + ".window";
-    if (!w.IsMap()) fail(ww, "must be a map: {type: tumbling|hopping, size: 1m, advance: 10s, grace: 30s, retention: 24h}");
-    check_keys(w, ww, {"type", "size", "advance", "grace", "retention", "time_field"});
+    if (!w.IsMap())
+      fail(ww, "must be a map: {type: tumbling|hopping, size: 1m, advance: 10s, grace: 30s, retention: 24h, max_future: 1d}");
+    check_keys(w, ww, {"type", "size", "advance", "grace", "retention", "time_field", "max_future"});
     window_spec spec;
     if (w["type"]) {
       auto t = get_string(w["type"], ww + ".type");
@@ -212,6 +213,7 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
     duration("advance", spec.advance_ms);
     duration("grace", spec.grace_ms);
     duration("retention", spec.retention_ms);
+    duration("max_future", spec.max_future_ms);
     if (spec.type == window_type::hopping && !w["advance"]) fail(ww + ".advance", "is required for hopping windows");
     if (w["time_field"]) {
       spec.time_field = get_string(w["time_field"], ww + ".time_field");
@@ -286,8 +288,14 @@ app_config parse(const YAML::Node& root) {
   if (!root || root.IsNull()) fail("", "the configuration is empty");
   check_keys(root, "", {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest",
                         "rocksdb", "kafka", "views", "query", "standby_replicas", "auth",
-                        "processing_guarantee", "peer_secret_file"});
+                        "processing_guarantee", "peer_secret_file", "max_json_depth"});
   if (root["peer_secret_file"]) c.peer_secret_file = get_string(root["peer_secret_file"], "peer_secret_file");
+  if (root["max_json_depth"]) {
+    // One bound for everything JSON: ingest validation and aggregates, and the API.
+    const int depth = get_number<int>(root["max_json_depth"], "max_json_depth", min_max_json_depth, max_max_json_depth);
+    c.ingest.max_json_depth = depth;
+    c.query.max_json_depth = depth;
+  }
   if (root["processing_guarantee"]) {
     auto g = get_string(root["processing_guarantee"], "processing_guarantee");
     if (g == "exactly_once") c.ingest.exactly_once = true;
@@ -484,7 +492,7 @@ bool is_secret(const std::string& key) {
 const std::set<std::string>& top_level_keys() {
   static const std::set<std::string> keys{"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint",
                                           "http", "ingest", "rocksdb", "kafka", "views", "query", "standby_replicas",
-                                          "auth", "processing_guarantee"};
+                                          "auth", "processing_guarantee", "peer_secret_file", "max_json_depth"};
   return keys;
 }
 
@@ -603,6 +611,7 @@ std::string render_config(const app_config& c) {
   e << YAML::Key << "advertised_endpoint" << YAML::Value << c.advertised_endpoint;
   e << YAML::Key << "standby_replicas" << YAML::Value << c.standby_replicas;
   if (!c.peer_secret_file.empty()) e << YAML::Key << "peer_secret_file" << YAML::Value << c.peer_secret_file;
+  e << YAML::Key << "max_json_depth" << YAML::Value << c.ingest.max_json_depth;
   e << YAML::Key << "processing_guarantee" << YAML::Value << (c.ingest.exactly_once ? "exactly_once" : "at_least_once");
   e << YAML::Key << "http" << YAML::Value << YAML::BeginMap
     << YAML::Key << "listen" << YAML::Value << (c.http.listen_address + ":" + std::to_string(c.http.port))
@@ -715,7 +724,8 @@ std::string render_config(const app_config& c) {
           << YAML::Key << "size" << YAML::Value << std::to_string(v.window->size_ms) + "ms"
           << YAML::Key << "advance" << YAML::Value << std::to_string(v.window->advance_ms) + "ms"
           << YAML::Key << "grace" << YAML::Value << std::to_string(v.window->grace_ms) + "ms"
-          << YAML::Key << "retention" << YAML::Value << std::to_string(v.window->retention_ms) + "ms";
+          << YAML::Key << "retention" << YAML::Value << std::to_string(v.window->retention_ms) + "ms"
+          << YAML::Key << "max_future" << YAML::Value << std::to_string(v.window->max_future_ms) + "ms";
         if (!v.window->time_field.empty()) e << YAML::Key << "time_field" << YAML::Value << v.window->time_field;
         e << YAML::EndMap;
       }

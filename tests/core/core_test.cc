@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <tuple>
 
@@ -95,6 +96,30 @@ TEST_CASE("window specs are validated with the offending field named") {
   REQUIRE(normalize(s).ok());
   CHECK(s.advance_ms == 60'000);
   CHECK(s.retention_ms == 24LL * 3600 * 1000);
+}
+
+TEST_CASE("event times more than max_future ahead of the clock are refused, at the boundary and far out") {
+  window_spec s;
+  s.size_ms = 60'000;
+  REQUIRE(normalize(s).ok());
+  CHECK(s.max_future_ms == 86'400'000);  // the default: one day
+  const int64_t now = 1'796'292'000'000;  // 2026-12-03T10:00:00Z
+  CHECK_FALSE(beyond_max_future(s, now, now));
+  CHECK_FALSE(beyond_max_future(s, now - 1'000'000'000, now));  // the past is never refused
+  CHECK_FALSE(beyond_max_future(s, now + 86'400'000, now));      // exactly max_future ahead
+  CHECK(beyond_max_future(s, now + 86'400'001, now));            // one ms more
+  CHECK(beyond_max_future(s, 253'402'214'400'000, now));         // 9999-12-31T00:00:00Z
+  CHECK(beyond_max_future(s, INT64_MAX, now));                   // no overflow at the extreme
+  CHECK_FALSE(beyond_max_future(s, INT64_MIN, now));
+  s.max_future_ms = 0;
+  CHECK_FALSE(beyond_max_future(s, now, now));
+  CHECK(beyond_max_future(s, now + 1, now));
+  s.max_future_ms = INT64_MAX;
+  CHECK_FALSE(beyond_max_future(s, INT64_MAX, 0));
+  s.max_future_ms = -1;
+  const status st = normalize(s);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().rfind("max_future", 0) == 0);
 }
 
 TEST_CASE("durations parse with their units") {

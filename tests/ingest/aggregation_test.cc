@@ -41,9 +41,110 @@ TEST_CASE("split_words: lower-cased runs of word characters, as written out by h
   CHECK(split_words("  don't  stop-me_now 42x ") == std::vector<std::string>{"don", "t", "stop", "me_now", "42x"});
   CHECK(split_words("").empty());
   CHECK(split_words(" ,.;:!? \t").empty());
-  // Multi-byte UTF-8 letters stay inside their word; only ASCII is lower-cased.
-  CHECK(split_words("Crème BRÛLÉE") == std::vector<std::string>{"crème", "brÛlÉe"});
   CHECK(split_words("a\nb\tc") == std::vector<std::string>{"a", "b", "c"});
+}
+
+TEST_CASE("split_words: Unicode letters, digits, marks and connectors make words; lower-cased fully") {
+  using words = std::vector<std::string>;
+  // Punctuation and spaces outside ASCII separate words.
+  CHECK(split_words("42\u201442") == words{"42", "42"});                        // em dash
+  CHECK(split_words("\u201cHello\u201d, she said") == words{"hello", "she", "said"});  // curly quotes
+  CHECK(split_words("it\u2019s") == words{"it", "s"});                          // curly apostrophe
+  CHECK(split_words("100\u00a0km") == words{"100", "km"});                      // no-break space
+  CHECK(split_words("10\u202f000") == words{"10", "000"});                      // narrow no-break space
+  CHECK(split_words("a\u3000b\u2003c") == words{"a", "b", "c"});               // ideographic, em space
+  CHECK(split_words("\u00bfqu\u00e9?\u00a1ya!") == words{"qu\u00e9", "ya"});
+  CHECK(split_words("smile\U0001F600face") == words{"smile", "face"});          // emoji: a symbol
+  // Letters of every script, with their combining marks, lower-cased.
+  CHECK(split_words("Cr\u00e8me BR\u00dbL\u00c9E") == words{"cr\u00e8me", "br\u00fbl\u00e9e"});
+  CHECK(split_words("Cafe\u0301 NOE\u0308L") == words{"cafe\u0301", "noe\u0308l"});  // combining acute, diaeresis
+  CHECK(split_words("\u0915\u093f\u0924\u093e\u092c") == words{"\u0915\u093f\u0924\u093e\u092c"});  // Devanagari with vowel signs
+  CHECK(split_words("\u6771\u4eac\u30bf\u30ef\u30fc\u3001\u5927\u962a") ==
+        words{"\u6771\u4eac\u30bf\u30ef\u30fc", "\u5927\u962a"});  // CJK: runs, split at the ideographic comma
+  CHECK(split_words("snake_case\u203fjoined") == words{"snake_case\u203fjoined"});  // connector punctuation
+  // Digits and numbers of other scripts are kept as written.
+  CHECK(split_words("\u0664\u0662 \u0967\u0968\u0969 x\u00b2") == words{"\u0664\u0662", "\u0967\u0968\u0969", "x\u00b2"});
+  // Full lower-case mapping, root locale.
+  CHECK(split_words("STRASSE Stra\u00dfe \u1e9e") == words{"strasse", "stra\u00dfe", "\u00df"});
+  CHECK(split_words("\u039f\u0394\u039f\u03a3 \u03a3\u0391\u03a3") ==
+        words{"\u03bf\u03b4\u03bf\u03c2", "\u03c3\u03b1\u03c2"});  // final sigma at the end of a word only
+  CHECK(split_words("\u0130stanbul ISPARTA \u0131spanak") ==
+        words{"i\u0307stanbul", "isparta", "\u0131spanak"});  // dotted capital I: i + combining dot
+  CHECK(split_words("\u2166") == words{"\u2176"});  // ROMAN NUMERAL SEVEN: a number with a lower case
+  // Ill-formed bytes separate words (group_keys refuses such values before).
+  CHECK(split_words(std::string("ab\xff" "cd\xc3", 6)) == words{"ab", "cd"});
+}
+
+TEST_CASE("group_keys and aggregators refuse JSON deeper than max_json_depth instead of crashing") {
+  const std::string deep_group = "{\"user\":{\"id\":" + std::string(100'000, '[') + std::string(100'000, ']') + "}}";
+  auto v = make(view_kind::count);
+  v.group_by = group_by_kind::json;
+  v.group_path = "user.id";
+  std::vector<std::string> out;
+  CHECK(group_keys(v, std::nullopt, std::string_view(deep_group), 128, out) == "value is nested deeper than max_json_depth (128)");
+  CHECK(out.empty());
+  // At the limit the field is a key, printed compactly.
+  const std::string at_limit = "{\"user\":{\"id\":" + std::string(126, '[') + std::string(126, ']') + "}}";
+  CHECK(group_keys(v, std::nullopt, std::string_view(at_limit), 128, out).empty());
+  CHECK(out == std::vector<std::string>{std::string(126, '[') + std::string(126, ']')});
+  CHECK(group_keys(v, std::nullopt, std::string_view(at_limit), 127, out) == "value is nested deeper than max_json_depth (127)");
+
+  // A group key that is a string holding deep JSON, for a view that renders keys as JSON.
+  v.key_format = data_format::json;
+  const std::string deep_text = "{\"user\":{\"id\":\"" + std::string(200, '[') + std::string(200, ']') + "\"}}";
+  CHECK(group_keys(v, std::nullopt, std::string_view(deep_text), 128, out) == "group key is nested deeper than max_json_depth (128)");
+  auto by_key = make(view_kind::count);
+  by_key.key_format = data_format::json;
+  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out) ==
+        "group key is nested deeper than max_json_depth (128)");
+  by_key.key_format = data_format::string;
+  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out).empty());
+
+  // sum reads the number from the value; the depth is checked before the parse.
+  auto sv = make(view_kind::sum);
+  sv.value_path = "a";
+  aggregator sum(sv, 4);
+  CHECK(sum.check(std::string_view(R"({"a":1,"b":[[[]]]})")).empty());
+  CHECK(sum.check(std::string_view(R"({"a":1,"b":[[[[]]]]})")) == "value is nested deeper than max_json_depth (4)");
+  CHECK(sum.apply(std::nullopt, std::string_view(R"({"a":1,"b":[[[[]]]]})")).error ==
+        "value is nested deeper than max_json_depth (4)");
+
+  // The event time of a windowed view from a field of a deep value.
+  auto wv = make(view_kind::count);
+  wv.window = window_spec{};
+  wv.window->size_ms = 60'000;
+  wv.window->time_field = "t";
+  int64_t ts = 0;
+  CHECK(event_time(wv, std::string_view(deep_group), -1, 128, ts) == "value is nested deeper than max_json_depth (128)");
+  CHECK(event_time(wv, std::string_view(R"({"t":1796205600000})"), -1, 128, ts).empty());
+  CHECK(ts == 1'796'205'600'000);
+}
+
+TEST_CASE("check_future: record timestamps and time fields beyond window.max_future are refused with a reason") {
+  auto v = make(view_kind::count);
+  v.window = window_spec{};
+  v.window->size_ms = 60'000;
+  REQUIRE(normalize(*v.window).ok());
+  const int64_t now = 1'796'292'000'000;  // 2026-12-03T10:00:00Z
+  const int64_t year_9999 = 253'402'214'400'000;
+  int64_t ts = 0;
+  // From the record timestamp.
+  REQUIRE(event_time(v, std::nullopt, year_9999, 128, ts).empty());
+  CHECK(check_future(v, ts, now) ==
+        "event time 9999-12-31T00:00:00.000Z is more than max_future (86400000 ms) ahead of the clock "
+        "(2026-12-03T10:00:00.000Z)");
+  REQUIRE(event_time(v, std::nullopt, now + 86'400'000, 128, ts).empty());
+  CHECK(check_future(v, ts, now).empty());
+  // From a time field, as epoch ms or ISO-8601.
+  v.window->time_field = "t";
+  REQUIRE(event_time(v, std::string_view(R"({"t":"9999-12-31T00:00:00Z"})"), now, 128, ts).empty());
+  CHECK_FALSE(check_future(v, ts, now).empty());
+  REQUIRE(event_time(v, std::string_view(R"({"t":9223372036854775807})"), now, 128, ts).empty());
+  CHECK(check_future(v, ts, now).rfind("event time 9223372036854775807 ms is more than max_future", 0) == 0);
+  REQUIRE(event_time(v, std::string_view(R"({"t":"2026-12-03T10:00:00Z"})"), now, 128, ts).empty());
+  CHECK(check_future(v, ts, now).empty());
+  // A view without a window has no event time to refuse.
+  CHECK(check_future(make(view_kind::count), year_9999, now).empty());
 }
 
 TEST_CASE("split_words agrees with a character-class model on random ASCII lines") {
@@ -68,36 +169,36 @@ TEST_CASE("split_words agrees with a character-class model on random ASCII lines
 TEST_CASE("group_keys: key, json path, words; records without a group key are refused with a reason") {
   std::vector<std::string> out;
   auto v = make(view_kind::count);
-  CHECK(group_keys(v, std::string_view("k1"), std::nullopt, out).empty());
+  CHECK(group_keys(v, std::string_view("k1"), std::nullopt, 128, out).empty());
   CHECK(out == std::vector<std::string>{"k1"});
   out.clear();
-  CHECK(!group_keys(v, std::nullopt, std::string_view("1"), out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view("1"), 128, out).empty());
 
   v.group_by = group_by_kind::json;
   v.group_path = "user.id";
   out.clear();
-  CHECK(group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":"ann"}})"), out).empty());
-  CHECK(group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":7}})"), out).empty());
+  CHECK(group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":"ann"}})"), 128, out).empty());
+  CHECK(group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":7}})"), 128, out).empty());
   CHECK(out == std::vector<std::string>{"ann", "7"});
-  CHECK(!group_keys(v, std::nullopt, std::string_view(R"({"user":{}})"), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":null}})"), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::string_view("not json"), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::nullopt, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view(R"({"user":{}})"), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view(R"({"user":{"id":null}})"), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view("not json"), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::nullopt, 128, out).empty());
 
   v.group_by = group_by_kind::words;
   out.clear();
-  CHECK(group_keys(v, std::nullopt, std::string_view("to be, or not to BE"), out).empty());
+  CHECK(group_keys(v, std::nullopt, std::string_view("to be, or not to BE"), 128, out).empty());
   CHECK(out == std::vector<std::string>{"to", "be", "or", "not", "to", "be"});
-  CHECK(!group_keys(v, std::nullopt, std::string_view(""), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::string_view(" -- "), out).empty());
-  CHECK(!group_keys(v, std::nullopt, std::string_view("\xff\xfe\x00\x01", 4), out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view(""), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view(" -- "), 128, out).empty());
+  CHECK(!group_keys(v, std::nullopt, std::string_view("\xff\xfe\x00\x01", 4), 128, out).empty());
 }
 
 TEST_CASE("count, sum, reduce: folded values equal hand-computed results") {
-  aggregator count(make(view_kind::count));
+  aggregator count(make(view_kind::count), 128);
   CHECK(fold(count, {std::nullopt, "x", "1"}) == "3");
 
-  aggregator sum(make(view_kind::sum));
+  aggregator sum(make(view_kind::sum), 128);
   CHECK(fold(sum, {"1", "2", "39"}) == "42");
   CHECK(json::parse(fold(sum, {"1.5", "2"})).get<double>() == doctest::Approx(3.5));
   CHECK(fold(sum, {"1", "\"two\""}).rfind("error:", 0) == 0);
@@ -107,7 +208,7 @@ TEST_CASE("count, sum, reduce: folded values equal hand-computed results") {
 
   auto fv = make(view_kind::sum);
   fv.value_path = "order.amount";
-  aggregator field_sum(fv);
+  aggregator field_sum(fv, 128);
   CHECK(fold(field_sum, {R"({"order":{"amount":5}})", R"({"order":{"amount":-2}})"}) == "3");
   CHECK(fold(field_sum, {R"({"order":{}})"}).rfind("error:", 0) == 0);
   CHECK(!field_sum.check(std::string_view(R"({"order":{"amount":"5"}})")).empty());
@@ -115,18 +216,18 @@ TEST_CASE("count, sum, reduce: folded values equal hand-computed results") {
 
   auto rv = make(view_kind::reduce);
   rv.reduce = reduce_op::min;
-  CHECK(fold(aggregator(rv), {"5", "3", "9", "4"}) == "3");
+  CHECK(fold(aggregator(rv, 128), {"5", "3", "9", "4"}) == "3");
   rv.reduce = reduce_op::max;
-  CHECK(fold(aggregator(rv), {"5", "3", "9", "4"}) == "9");
+  CHECK(fold(aggregator(rv, 128), {"5", "3", "9", "4"}) == "9");
   rv.reduce = reduce_op::latest;
-  CHECK(fold(aggregator(rv), {"5", "3", "9", "4"}) == "4");
+  CHECK(fold(aggregator(rv, 128), {"5", "3", "9", "4"}) == "4");
 }
 
 TEST_CASE("aggregate: count, sum, min, max, mean equal a model over random values") {
   auto v = make(view_kind::aggregate);
   v.fields = {agg_field::count, agg_field::sum, agg_field::min, agg_field::max, agg_field::mean};
   v.value_path = "x";
-  aggregator a(v);
+  aggregator a(v, 128);
   std::mt19937 rng(11);
   for (int round = 0; round < 50; ++round) {
     int n = std::uniform_int_distribution<int>(1, 40)(rng);
@@ -148,6 +249,6 @@ TEST_CASE("aggregate: count, sum, min, max, mean equal a model over random value
   }
   // Only the configured fields (rendered in key order).
   v.fields = {agg_field::max, agg_field::count};
-  auto got = fold(aggregator(v), {R"({"x":2})", R"({"x":7})"});
+  auto got = fold(aggregator(v, 128), {R"({"x":2})", R"({"x":7})"});
   CHECK(got == R"({"count":2,"max":7})");  // nlohmann orders object keys
 }

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "support.h"
@@ -198,5 +199,89 @@ TEST_CASE("windowed reduce and aggregate over event times from a JSON field equa
   CHECK(read_all("max_per_minute") == max_of);
   CHECK(read_all("stats_per_minute") == stats_of);
   MESSAGE(max_of.size() << " windows of reduce max and aggregate equal the recount; " << m.late << " late records");
+  CHECK(ks.terminate() == 0);
+}
+
+TEST_CASE("one record dated year 9999 among normal ones: dead-lettered, stream time unmoved, every window recounted") {
+  const std::string topic = unique_name("future"), dlq = unique_name("future-dlq");
+  // The broker must take the timestamp too (Kafka 4 bounds future timestamps by default).
+  kafka("topics --create --topic " + topic + " --partitions 3 --config message.timestamp.after.max.ms=9223372036854775807 >/dev/null");
+  create_topic(dlq, 1);
+
+  // Event time both as the record timestamp and in the field "t"; the record from the
+  // year 9999 sits in the middle, keyed like the others.
+  constexpr int64_t year_9999 = 253'402'214'400'000;  // 9999-12-31T00:00:00Z
+  auto events = make_events(3'000, 20, 20261203);
+  std::vector<produced> records;
+  const size_t bad_at = 1'500;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (i == bad_at) records.push_back({"user-3", R"({"n":1,"t":"9999-12-31T00:00:00Z"})", year_9999});
+    const auto& e = events[i];
+    records.push_back({e.key, json{{"n", e.n}, {"t", e.ts}}.dump(), e.ts});
+  }
+  auto where = produce_bytes(topic, records);
+  const auto bad_where = where[bad_at];
+  where.erase(where.begin() + bad_at);
+  for (size_t i = 0; i < events.size(); ++i) std::tie(events[i].partition, events[i].offset) = where[i];
+
+  // Retention 1 h: the normal events span minutes, so only the bad record's stream
+  // time could expire windows.
+  const spec per_minute{k_minute, k_minute, k_minute, 60 * k_minute};
+  const auto model = recount(events, per_minute, false);
+  const std::string window = "window: {type: tumbling, size: 1m, grace: 1m, retention: 1h";
+  kstate_process ks(unique_name("future"),
+                    {{"by_timestamp", topic, "json", dlq, "string", "kind: count, " + window + "}"},
+                     {"by_field", topic, "json", dlq, "string", "kind: count, " + window + ", time_field: t}"}},
+                    temp_dir("kstate-future"));
+  ks.start();
+  ks.wait_ready();
+  const auto total = static_cast<int64_t>(records.size());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while ((ks.position_sum("by_timestamp") < total || ks.position_sum("by_field") < total) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE(ks.position_sum("by_timestamp") == total);
+  REQUIRE(ks.position_sum("by_field") == total);
+
+  // Rejected once by each view: counted as invalid and as from the future, and never late.
+  CHECK(ks.metric_sum("kstate_ingest_records_invalid_total") == 2);
+  CHECK(ks.metric_sum("kstate_ingest_future_records_total") == 2);
+  CHECK(ks.metric_sum("kstate_ingest_records_dead_lettered_total") == 2);
+  CHECK(ks.metric_sum("kstate_ingest_late_records_total") == static_cast<double>(2 * model.late));
+
+  http_client http(ks.port());
+  for (const std::string store : {"by_timestamp", "by_field"}) {
+    for (int k = 0; k < 20; ++k) {
+      const std::string key = "user-" + std::to_string(k);
+      auto a = http.get("/v1/stores/" + store + "/windows/" + key + "?from=0");
+      REQUIRE(a);
+      REQUIRE(a->status == 200);
+      const json body = a->body_json();
+      const int32_t p = body["partition"].get<int32_t>();
+      std::vector<std::pair<int64_t, int64_t>> got, want;
+      for (const auto& w : body["data"]) got.emplace_back(w["start"].get<int64_t>(), w["value"].get<int64_t>());
+      for (const auto& [kw, v] : model.values)
+        if (kw.first == key && kw.second + per_minute.size + per_minute.retention > model.stream_time.at(p))
+          want.emplace_back(kw.second, v);
+      CAPTURE(store);
+      CAPTURE(key);
+      CHECK(!want.empty());
+      CHECK(got == want);
+      // Stream time is the largest normal event time of the key's partition.
+      CHECK(body["stream_time"].get<int64_t>() == model.stream_time.at(p));
+      CHECK(body["stream_time"].get<int64_t>() < year_9999);
+    }
+  }
+
+  // The dead letters: the record from the year 9999, once per view, with the reason.
+  std::set<std::string> views;
+  for (const auto& r : consume_all(dlq, 2)) {
+    CHECK(r.headers.at("kstate.topic") == topic);
+    CHECK(std::stoi(r.headers.at("kstate.partition")) == bad_where.first);
+    CHECK(std::stoll(r.headers.at("kstate.offset")) == bad_where.second);
+    CHECK(r.headers.at("kstate.reason").find("event time 9999-12-31T00:00:00.000Z is more than max_future") == 0);
+    views.insert(r.headers.at("kstate.view"));
+  }
+  CHECK(views == std::set<std::string>{"by_timestamp", "by_field"});
   CHECK(ks.terminate() == 0);
 }

@@ -16,16 +16,33 @@ using namespace kstate;
 using namespace kstate::query;
 
 TEST_CASE("key formats decode to the bytes producers write") {
-  CHECK(decode_key(key_format::string, "h\xc3\xa9").value() == "h\xc3\xa9");
-  CHECK_FALSE(decode_key(key_format::string, "\xc0\xaf").ok());  // overlong '/'
+  CHECK(decode_key(key_format::string, "h\xc3\xa9", 128).value() == "h\xc3\xa9");
+  CHECK_FALSE(decode_key(key_format::string, "\xc0\xaf", 128).ok());  // overlong '/'
   // LongSerializer: 8 bytes big-endian, two's complement.
-  CHECK(decode_key(key_format::long_be, "1").value() == std::string("\0\0\0\0\0\0\0\x01", 8));
-  CHECK(decode_key(key_format::long_be, "-1").value() == std::string(8, '\xff'));
-  CHECK(decode_key(key_format::long_be, "258").value() == std::string("\0\0\0\0\0\0\x01\x02", 8));
-  for (const char* bad : {"", "1.5", "x", "99999999999999999999", " 1"}) CHECK_FALSE(decode_key(key_format::long_be, bad).ok());
+  CHECK(decode_key(key_format::long_be, "1", 128).value() == std::string("\0\0\0\0\0\0\0\x01", 8));
+  CHECK(decode_key(key_format::long_be, "-1", 128).value() == std::string(8, '\xff'));
+  CHECK(decode_key(key_format::long_be, "258", 128).value() == std::string("\0\0\0\0\0\0\x01\x02", 8));
+  for (const char* bad : {"", "1.5", "x", "99999999999999999999", " 1"}) CHECK_FALSE(decode_key(key_format::long_be, bad, 128).ok());
   // JSON: compact, member order kept.
-  CHECK(decode_key(key_format::json, R"({ "b": 1, "a": [1, 2] })").value() == R"({"b":1,"a":[1,2]})");
-  CHECK_FALSE(decode_key(key_format::json, "{").ok());
+  CHECK(decode_key(key_format::json, R"({ "b": 1, "a": [1, 2] })", 128).value() == R"({"b":1,"a":[1,2]})");
+  CHECK_FALSE(decode_key(key_format::json, "{", 128).ok());
+}
+
+TEST_CASE("json keys deeper than max_json_depth are invalid_argument, exactly past the limit") {
+  auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  CHECK(decode_key(key_format::json, nested(128), 128).value() == nested(128));
+  auto deeper = decode_key(key_format::json, nested(129), 128);
+  REQUIRE_FALSE(deeper.ok());
+  CHECK(deeper.error().code() == status_code::invalid_argument);
+  CHECK(deeper.error().message() == "key is nested deeper than max_json_depth (128) (key_format=json)");
+  CHECK(decode_key(key_format::json, R"({"a":{"b":1}})", 2).value() == R"({"a":{"b":1}})");
+  CHECK(decode_key(key_format::json, R"({"a":{"b":[]}})", 2).error().code() == status_code::invalid_argument);
+  // Nested 100,000 deep: refused before it is parsed and printed again.
+  auto deep = decode_key(key_format::json, nested(100'000), 128);
+  REQUIRE_FALSE(deep.ok());
+  CHECK(deep.error().code() == status_code::invalid_argument);
+  // Other formats take such text as it is.
+  CHECK(decode_key(key_format::string, nested(100'000), 128).value() == nested(100'000));
 }
 
 TEST_CASE("base64url: RFC 4648 test vectors, with and without padding; one spelling per key") {

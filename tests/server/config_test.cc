@@ -336,3 +336,52 @@ TEST_CASE("invalid aggregate configs: one clear error naming the key") {
   REQUIRE_FALSE(iso.ok());
   CHECK(iso.error().message().find("kafka.isolation.level: must be read_committed") != std::string::npos);
 }
+
+TEST_CASE("max_json_depth: one limit for ingest and the API, 128 by default, 1 to 10000") {
+  auto d = parse_config(minimal);
+  REQUIRE(d.ok());
+  CHECK(d->ingest.max_json_depth == 128);
+  CHECK(d->query.max_json_depth == 128);
+  for (int depth : {1, 64, 10'000}) {
+    auto c = parse_config(std::string(minimal) + "max_json_depth: " + std::to_string(depth) + "\n");
+    REQUIRE(c.ok());
+    CHECK(c->ingest.max_json_depth == depth);
+    CHECK(c->query.max_json_depth == depth);
+    auto again = parse_config(render_config(*c));
+    REQUIRE(again.ok());
+    CHECK(again->ingest.max_json_depth == depth);
+  }
+  auto env = parse_config(minimal, "config", {{"max_json_depth", "32", "KSTATE_MAX_JSON_DEPTH"}});
+  REQUIRE(env.ok());
+  CHECK(env->query.max_json_depth == 32);
+  for (const char* bad : {"0", "10001", "-1", "deep"}) {
+    CAPTURE(bad);
+    auto c = parse_config(std::string(minimal) + "max_json_depth: " + bad + "\n", "test.yaml");
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.error().message().rfind("test.yaml: max_json_depth: must be", 0) == 0);
+  }
+}
+
+TEST_CASE("window.max_future: a duration, 1d by default, rendered and read back") {
+  auto c = parse_config(R"(
+application_id: app
+bootstrap_servers: b
+views:
+  - {name: a, kind: count, topic: t, window: {size: 1m}}
+  - {name: b, kind: count, topic: t, window: {size: 1m, max_future: 10m}}
+  - {name: c, kind: count, topic: t, window: {size: 1m, max_future: 0ms}}
+)");
+  REQUIRE_MESSAGE(c.ok(), c.error().message());
+  CHECK(c->views[0].window->max_future_ms == 86'400'000);
+  CHECK(c->views[1].window->max_future_ms == 600'000);
+  CHECK(c->views[2].window->max_future_ms == 0);
+  auto again = parse_config(render_config(*c));
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  CHECK(again->views[1].window->max_future_ms == 600'000);
+  CHECK(again->views[2].window->max_future_ms == 0);
+  auto bad = parse_config("application_id: a\nbootstrap_servers: b\nviews: [{name: v, kind: count, topic: t, "
+                          "window: {size: 1m, max_future: soon}}]",
+                          "test.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("views[0].window.max_future: 'soon' is not a duration") != std::string::npos);
+}

@@ -41,10 +41,14 @@ struct window_spec {
   // Dotted path of a JSON field holding the event time (epoch ms or ISO-8601); empty:
   // the record timestamp.
   std::string time_field;
+  // How far ahead of the wall clock an event time may be, ms; a record beyond it is
+  // rejected and never moves stream time (beyond_max_future). >= 0. Default 24 h.
+  int64_t max_future_ms = 24LL * 3600 * 1000;
 };
 
 // Fills defaults (advance of tumbling windows, retention) and checks the constraints
-// above; the error names the field ("size", "advance", "grace", "retention").
+// above; the error names the field ("size", "advance", "grace", "retention",
+// "max_future").
 status normalize(window_spec& spec);
 
 // Starts of every window containing `ts`, ascending. Empty for a negative `ts`, which
@@ -60,6 +64,12 @@ bool window_expired(const window_spec& spec, int64_t start, int64_t stream_time)
 // Smallest window start that is not expired at `stream_time` (everything below it may
 // be deleted).
 int64_t first_live_start(const window_spec& spec, int64_t stream_time) noexcept;
+
+// True when event time `ts` is more than max_future_ms ahead of `now_ms` (the wall
+// clock when the record is applied, ms since the epoch). Such a record would move
+// stream time to its event time and close, then expire, every window before it: one
+// record stamped in the year 9999 would empty the view.
+bool beyond_max_future(const window_spec& spec, int64_t ts, int64_t now_ms) noexcept;
 
 // "1m", "10s", "250ms", "24h", "7d", or a bare number of milliseconds.
 result<int64_t> parse_duration_ms(std::string_view text);

@@ -9,6 +9,7 @@
 //
 // Thread safety: aggregator is immutable after construction; share it freely.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,25 +19,41 @@
 
 namespace kstate::ingest {
 
-// The words of a line, lower-cased: maximal runs of word characters (ASCII letters,
-// digits, '_', and every byte of a multi-byte UTF-8 sequence, so non-ASCII letters stay
-// inside their word). Only ASCII letters are lower-cased.
+// The words of a line (UTF-8 text): the longest runs of code points whose Unicode
+// general category is a letter, number, mark or connector punctuation (\p{L}, \p{N},
+// \p{M}, \p{Pc}), each lower-cased with Unicode's full lower-case mapping in the root
+// locale (ICU: "STRASSE" -> "strasse", "Straße" -> "straße", "ΟΔΟΣ" -> "οδος" with a
+// final sigma, "İ" -> "i" + U+0307). No normalization, no segmentation of scripts
+// written without spaces. On ASCII these are the runs of [A-Za-z0-9_], lower-cased,
+// and ICU is not called. Ill-formed UTF-8 sequences separate words (group_keys refuses
+// such values before splitting). docs/configuration.md#words has the user's version.
 std::vector<std::string> split_words(std::string_view line);
+
+// Why a group key is refused by the view: with key_format json, a key nested deeper
+// than `max_json_depth` (it is rendered as JSON). Empty: accepted.
+std::string check_group_key(const view_def& view, std::string_view key, int max_json_depth);
 
 // The group keys of a record for a view (one for group_by key/json, one per word for
 // words), appended to `out`. Empty string: derived; otherwise why the record has none.
+// JSON values are checked against `max_json_depth` before they are parsed.
 std::string group_keys(const view_def& view, std::optional<std::string_view> key,
-                       std::optional<std::string_view> value, std::vector<std::string>& out);
+                       std::optional<std::string_view> value, int max_json_depth, std::vector<std::string>& out);
 
 // The event time of a record for a windowed view: the JSON field window.time_field
 // (epoch ms or ISO-8601) when set, else the record timestamp. Empty string: `out` is
 // set; otherwise why the record has none.
 std::string event_time(const view_def& view, std::optional<std::string_view> value, int64_t record_timestamp,
-                       int64_t& out);
+                       int max_json_depth, int64_t& out);
+
+// Why a windowed view refuses event time `ts` when the wall clock reads `now_ms`: it
+// is more than window.max_future ahead (beyond_max_future, core/window.h). Empty:
+// accepted (and always for views without a window).
+std::string check_future(const view_def& view, int64_t ts, int64_t now_ms);
 
 class aggregator {
  public:
-  explicit aggregator(const view_def& view);
+  // Values are checked against `max_json_depth` before they are parsed.
+  aggregator(const view_def& view, int max_json_depth);
 
   // Why `value` cannot be folded into this view (e.g. not a number for sum), or empty.
   std::string check(std::optional<std::string_view> value) const;
@@ -50,6 +67,7 @@ class aggregator {
 
  private:
   view_def view_;
+  int max_json_depth_;
 };
 
 }  // namespace kstate::ingest

@@ -42,18 +42,15 @@ struct rejection {
 };
 
 // Validates a record against a view's formats. Empty string: valid; otherwise the
-// reason it is rejected.
-std::string validate(const view_def& view, const record& r);
-
-// True when `s` is one JSON document, exactly as nlohmann::json::accept() decides
-// (what the query side parses later), in one pass without building tokens: the check
-// runs for every record of a JSON view.
-bool valid_json(std::string_view s);
+// reason it is rejected. A `json` key or value must be one JSON document as
+// check_json() (core/json_check.h) decides, nested at most `max_json_depth` deep.
+std::string validate(const view_def& view, const record& r, int max_json_depth);
 
 class batch_builder {
  public:
-  // `views` must outlive the builder; every view must exist in `db`.
-  batch_builder(storage::db& db, const std::vector<view_def>& views);
+  // `views` must outlive the builder; every view must exist in `db`. Records are
+  // validated with `max_json_depth` (ingest_config::max_json_depth).
+  batch_builder(storage::db& db, const std::vector<view_def>& views, int max_json_depth);
 
   // Sets where each view stands on a partition (loaded from storage on assignment);
   // records below it are already reflected and are skipped for that view.
@@ -115,6 +112,7 @@ class batch_builder {
   void write_positions();
 
   storage::db& db_;
+  int max_json_depth_;
   std::map<std::string, std::vector<view_slot>, std::less<>> by_topic_;
   // (view id, topic, partition) -> where the view stands
   std::map<std::tuple<storage::view_id, std::string, int32_t>, view_position, std::less<>> view_pos_;

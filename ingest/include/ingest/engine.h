@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_check.h"
 #include "core/notifier.h"
 #include "core/ownership.h"
 #include "core/status.h"
@@ -62,6 +63,10 @@ struct ingest_config {
   std::chrono::milliseconds commit_interval{1'000};
   // How long start() waits for topic metadata and dead-letter topics. Default 30 s.
   std::chrono::milliseconds startup_timeout{30'000};
+  // Deepest nesting of arrays and objects accepted in a record's JSON key or value
+  // (json views) and in what aggregates parse; deeper records are invalid (counted,
+  // dead-lettered). See core/json_check.h. Default 128.
+  int max_json_depth = default_max_json_depth;
   // Called on the ingest thread at the end of every rebalance callback, after the
   // assignment changed (e.g. membership_watcher::refresh_soon). Must not block. May be
   // empty.

@@ -20,8 +20,11 @@ enum class key_format { string, base64url, long_be, json };
 bool parse_key_format(std::string_view name, key_format& out) noexcept;
 const char* to_string(key_format f) noexcept;
 
-// invalid_argument naming the problem (bad UTF-8, bad base64url, out-of-range long...).
-result<std::string> decode_key(key_format f, std::string_view text);
+// invalid_argument naming the problem (bad UTF-8, bad base64url, out-of-range long,
+// JSON that is not valid or is nested deeper than `max_json_depth`: it is checked with
+// check_json (core/json_check.h) before it is parsed and re-serialized, which recurse
+// per level).
+result<std::string> decode_key(key_format f, std::string_view text, int max_json_depth);
 
 // Standard base64 with padding (how byte values appear in JSON answers).
 std::string base64_encode(std::string_view bytes);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_check.h"
 #include "core/membership.h"
 #include "core/ownership.h"
 #include "http/message.h"
@@ -55,7 +56,7 @@ struct api_config {
   std::size_t max_response_bytes = 16u << 20;
   // Deepest nesting of JSON in a request (keys with key_format=json, request bodies);
   // deeper is 400. Default 128 (the top-level max_json_depth).
-  int max_json_depth = 128;
+  int max_json_depth = default_max_json_depth;
   // Threads running the API's blocking work (exact counts, window pages, scans, reads
   // after a min_position wait, merges), and the most tasks that may wait for them;
   // beyond it 503 (50308). Defaults 2 and 1,024.

@@ -7,6 +7,7 @@
 #include "api/params.h"
 #include "api/placement.h"
 #include "api/render.h"
+#include "core/json_check.h"
 #include "ingest/standby.h"
 #include "server/json_render.h"
 #include "server/problem.h"
@@ -337,10 +338,15 @@ outcome batch_get(const state& st, const call& c) {
   const media m = negotiate(c, false);
   if (m == media::none) return problem(failure_reason::not_acceptable, "this route answers application/json", c.path());
   const auto& text = c.r().body;
-  if (!json_within_depth(text, st.ctx.limits.max_json_depth))
-    return problem(failure_reason::bad_body,
-                   "the body nests deeper than " + std::to_string(st.ctx.limits.max_json_depth) + " levels",
-                   c.path());
+  switch (check_json(text, st.ctx.limits.max_json_depth)) {
+    case json_verdict::ok: break;
+    case json_verdict::invalid:
+      return problem(failure_reason::bad_body, R"(expected {"keys": ["k1", "k2", ...]})", c.path());
+    case json_verdict::too_deep:
+      return problem(failure_reason::bad_body,
+                     "the body nests deeper than " + std::to_string(st.ctx.limits.max_json_depth) + " levels",
+                     c.path());
+  }
   auto body = nlohmann::json::parse(text, nullptr, false);
   if (body.is_discarded() || !body.is_object() || !body.contains("keys") || !body["keys"].is_array())
     return problem(failure_reason::bad_body, R"(expected {"keys": ["k1", "k2", ...]})", c.path());

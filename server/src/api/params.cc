@@ -69,7 +69,7 @@ param<query::key_format> key_format_of(const call& c, const view_def& v) {
 
 param<std::string> decode_key(const state& st, const call& c, query::key_format f, std::string_view text,
                               std::string_view what) {
-  auto k = query::decode_key(f, text);
+  auto k = query::decode_key(f, text, st.ctx.limits.max_json_depth);
   if (!k.ok()) {
     std::string detail = what.empty() ? k.error().message() : std::string(what) + ": " + k.error().message();
     return problem(failure_reason::bad_key_encoding, detail, c.path());
@@ -190,26 +190,6 @@ void fingerprint_add(std::string& fp, const std::optional<std::string>& v) {
     return;
   }
   fp += std::to_string(v->size()) + ':' + *v;
-}
-
-bool json_within_depth(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (in_string) {
-      if (ch == '\\') ++i;
-      else if (ch == '"') in_string = false;
-      continue;
-    }
-    if (ch == '"') in_string = true;
-    else if (ch == '[' || ch == '{') {
-      if (++depth > max_depth) return false;
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  return true;
 }
 
 std::string partition_list(const std::vector<int32_t>& parts) {

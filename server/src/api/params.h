@@ -73,11 +73,6 @@ std::string query_escape(std::string_view s);
 // share one.
 void fingerprint_add(std::string& fp, const std::optional<std::string>& v);
 
-// True when `text` nests objects and arrays at most `max_depth` deep. The text need
-// not be valid JSON (the parser checks that afterwards); this only keeps a parser that
-// builds a tree from being given an unbounded one.
-bool json_within_depth(std::string_view text, int max_depth);
-
 // "0,3,5".
 std::string partition_list(const std::vector<int32_t>& parts);
 

@@ -1,82 +1,77 @@
-// valid_json(): the JSON check of the ingest path (see batch_builder.h).
+// check_json(): see core/json_check.h.
 //
-// It must accept exactly what nlohmann::json::accept() accepts, since that is what
-// the rest of kstate parses later (tests/ingest compare the two on generated input):
-// RFC 8259 with an optional leading UTF-8 byte order mark, strings of valid UTF-8 with
-// paired surrogate escapes, and numbers that parse to a finite double when they are not
-// 64-bit integers. Unlike nlohmann's lexer it builds no token strings and runs one loop
-// over the bytes, with an explicit stack instead of recursion.
+// It must accept exactly what nlohmann::json::accept() accepts, since that is what the
+// rest of kstate parses later (tests/core compares the two on generated input). Unlike
+// nlohmann's lexer it builds no token strings and runs one loop over the bytes, with an
+// explicit stack of open containers instead of recursion; the stack is what the depth
+// bound limits.
+
+#include "core/json_check.h"
 
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "core/utf8.h"
-#include "ingest/batch_builder.h"
 
-namespace kstate::ingest {
+namespace kstate {
 namespace {
 
 class checker {
  public:
-  explicit checker(std::string_view s) : begin_(s.data()), p_(s.data()), end_(s.data() + s.size()) {}
+  checker(std::string_view s, int max_depth)
+      : begin_(s.data()), p_(s.data()), end_(s.data() + s.size()),
+        max_depth_(max_depth < 0 ? 0 : static_cast<size_t>(max_depth)) {}
 
   // Bytes from the start to where run() stopped.
   size_t consumed() const { return static_cast<size_t>(p_ - begin_); }
 
-  bool run() {
+  json_verdict run() {
     if (end_ - p_ >= 3 && std::memcmp(p_, "\xEF\xBB\xBF", 3) == 0) p_ += 3;
     for (;;) {
       // A value is expected.
       ws();
-      if (p_ == end_) return false;
+      if (p_ == end_) return json_verdict::invalid;
       char c = *p_;
-      if (c == '{') {
+      if (c == '{' || c == '[') {
+        // The container about to open is stack_.size() + 1 deep, empty or not.
+        if (stack_.size() >= max_depth_) return json_verdict::too_deep;
         ++p_;
         ws();
-        if (p_ != end_ && *p_ == '}') {
+        const char close = c == '{' ? '}' : ']';
+        if (p_ != end_ && *p_ == close) {
           ++p_;
         } else {
-          stack_.push_back('{');
-          if (!member_name()) return false;
-          continue;
-        }
-      } else if (c == '[') {
-        ++p_;
-        ws();
-        if (p_ != end_ && *p_ == ']') {
-          ++p_;
-        } else {
-          stack_.push_back('[');
+          stack_.push_back(c);
+          if (c == '{' && !member_name()) return json_verdict::invalid;
           continue;
         }
       } else if (c == '"') {
-        if (!string()) return false;
+        if (!string()) return json_verdict::invalid;
       } else if (c == 't') {
-        if (!word("true")) return false;
+        if (!word("true")) return json_verdict::invalid;
       } else if (c == 'f') {
-        if (!word("false")) return false;
+        if (!word("false")) return json_verdict::invalid;
       } else if (c == 'n') {
-        if (!word("null")) return false;
+        if (!word("null")) return json_verdict::invalid;
       } else if (c == '-' || (c >= '0' && c <= '9')) {
-        if (!number()) return false;
+        if (!number()) return json_verdict::invalid;
       } else {
-        return false;
+        return json_verdict::invalid;
       }
       // After a value: close containers, or find the next value.
       for (;;) {
         ws();
         // nlohmann's lexer takes a NUL byte for the end of the input, so whatever
         // follows one after a complete document is ignored.
-        if (stack_.empty()) return p_ == end_ || *p_ == '\0';
-        if (p_ == end_) return false;
+        if (stack_.empty()) return p_ == end_ || *p_ == '\0' ? json_verdict::ok : json_verdict::invalid;
+        if (p_ == end_) return json_verdict::invalid;
         char top = stack_.back();
         if (*p_ == ',') {
           ++p_;
-          if (top == '{' && !member_name()) return false;
+          if (top == '{' && !member_name()) return json_verdict::invalid;
           break;
         }
         if ((top == '{' && *p_ == '}') || (top == '[' && *p_ == ']')) {
@@ -84,7 +79,7 @@ class checker {
           stack_.pop_back();
           continue;
         }
-        return false;
+        return json_verdict::invalid;
       }
     }
   }
@@ -124,7 +119,7 @@ class checker {
     return v;
   }
 
-  // UTF-8 validity of the bytes is checked once for the whole document (valid_json).
+  // UTF-8 validity of the bytes is checked once for the whole document (check_json).
   bool string() {
     ++p_;  // opening quote
     for (;;) {
@@ -191,7 +186,7 @@ class checker {
     // every fraction or exponent, are what nlohmann converts with strtoull/strtoll and
     // then strtod; accept() refuses the number when the double is not finite.
     if (!is_float && len - (negative ? 1 : 0) <= 18) return true;
-    std::string token(start, len);
+    std::string token(start, len);  // strto* need a terminated string
     if (!is_float) {
       errno = 0;
       char* stop = nullptr;
@@ -207,18 +202,19 @@ class checker {
   const char* begin_;
   const char* p_;
   const char* end_;
-  std::vector<char> stack_;
+  size_t max_depth_;
+  std::string stack_;  // '{' or '[' per open container; at most max_depth_ long
 };
 
 }  // namespace
 
-bool valid_json(std::string_view s) {
-  checker c(s);
-  if (!c.run()) return false;
+json_verdict check_json(std::string_view text, int max_depth) {
+  checker c(text, max_depth);
+  if (auto v = c.run(); v != json_verdict::ok) return v;
   // The bytes the document spans must be valid UTF-8 (only strings can hold non-ASCII
   // bytes; the structure check refuses them anywhere else). Bytes after a terminating
   // NUL are never looked at, as in nlohmann.
-  return valid_utf8(s.substr(0, c.consumed()));
+  return valid_utf8(text.substr(0, c.consumed())) ? json_verdict::ok : json_verdict::invalid;
 }
 
-}  // namespace kstate::ingest
+}  // namespace kstate
