@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agg_pipeline.h"
+#include "core/guard.h"
 #include "ingest/batch_builder.h"
 #include "ingest/membership.h"
 
@@ -51,6 +52,8 @@ struct engine::impl {
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
   std::atomic<bool> aborting{false};
+  // Set with `fatal`: nothing more is written once the engine failed.
+  std::atomic<bool> failed{false};
   mutable std::mutex fatal_mu;
   std::string fatal;
   std::set<std::string> topics;
@@ -88,8 +91,16 @@ struct engine::impl {
   void set_fatal(std::string msg) {
     log()->critical("{}", msg);
     std::lock_guard lock(fatal_mu);
-    fatal = std::move(msg);
+    if (fatal.empty()) fatal = std::move(msg);  // the first cause, not its consequences
+    failed = true;
     running = false;
+  }
+
+  // The ingest thread's body. Failures are status values handled where they occur; an
+  // exception that still escapes (a bug, std::bad_alloc, a hook that throws) stops the
+  // engine with its cause rather than std::terminate.
+  void run_guarded() {
+    if (auto why = guarded([this] { run(); })) set_fatal("ingest thread stopped by an exception: " + *why);
   }
 
   status common_conf(rd_kafka_conf_t* conf) {
@@ -166,7 +177,10 @@ struct engine::impl {
     rd_kafka_conf_set_opaque(conf.get(), this);
     rd_kafka_conf_set_rebalance_cb(conf.get(), [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
                                                   rd_kafka_topic_partition_list_t* parts, void* opaque) {
-      static_cast<impl*>(opaque)->on_rebalance(rk, err, parts);
+      // Nothing may unwind through librdkafka's C frames.
+      auto* self = static_cast<impl*>(opaque);
+      if (auto why = guarded([&] { self->on_rebalance(rk, err, parts); }))
+        self->set_fatal("rebalance callback stopped by an exception: " + *why);
     });
     char err[512];
     consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf.release(), err, sizeof err);
@@ -306,10 +320,11 @@ struct engine::impl {
       if (aerr) set_fatal(std::string("assign: ") + rd_kafka_err2str(aerr));
     } else {
       // Write what was consumed for these partitions before releasing them, so the
-      // next owner (or this instance later) resumes exactly after it.
+      // next owner (or this instance later) resumes exactly after it. Once the engine
+      // failed nothing is written: the partitions are released where their stored
+      // positions stand.
       ownership.mark_joined();
-      if (!flush()) return;
-      commit_positions(false);
+      if (flush()) commit_positions(false);
       for (int i = 0; i < parts->cnt; ++i) {
         auto& p = parts->elems[i];
         ownership.revoke(p.topic, p.partition);
@@ -375,6 +390,7 @@ struct engine::impl {
 
   // Writes the pending batch. False on a fatal error (the loop stops).
   bool flush() {
+    if (failed) return false;
     if (builder->pending_records() == 0) return true;
     auto started = std::chrono::steady_clock::now();
     if (!deliver_dead_letters()) {
@@ -504,11 +520,9 @@ struct engine::impl {
         if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
         builder->add(r);
         if (agg && agg->handles(r.topic)) {
-          try {
-            agg->add(r);
-          } catch (const std::exception& e) {
+          if (auto s = agg->add(r); !s.ok()) {
             rd_kafka_message_destroy(m);
-            set_fatal(std::string("applying aggregate: ") + e.what());
+            set_fatal("applying aggregate: " + s.to_string());
             break;
           }
         }
@@ -570,7 +584,9 @@ engine::~engine() { stop(); }
 
 status engine::start() {
   auto& i = *impl_;
-  i.builder = std::make_unique<batch_builder>(i.db, i.views);
+  auto builder = batch_builder::create(i.db, i.views);
+  if (!builder.ok()) return builder.error();
+  i.builder = std::move(builder.value());
   std::set<std::string> dlq_topics;
   std::vector<const view_def*> aggregates;
   for (const auto& v : i.views) {
@@ -587,7 +603,9 @@ status engine::start() {
       return not_found_error("dead-letter " + s.message());
   }
   if (!aggregates.empty()) {
-    i.agg = std::make_unique<agg_pipeline>(i.cfg, std::move(aggregates), i.db, i.ownership, *i.builder, i.metrics);
+    auto agg = agg_pipeline::create(i.cfg, std::move(aggregates), i.db, i.ownership, *i.builder, i.metrics);
+    if (!agg.ok()) return agg.error();
+    i.agg = std::move(agg.value());
     if (auto s = i.agg->start(i.consumer, i.topics); !s.ok()) return s;
   }
   tpl_ptr subs(rd_kafka_topic_partition_list_new(static_cast<int>(i.topics.size())));
@@ -596,7 +614,7 @@ status engine::start() {
     return invalid_argument(std::string("subscribe: ") + rd_kafka_err2str(err));
   i.running = true;
   i.last_commit = std::chrono::steady_clock::now();
-  i.thread = std::thread([&i] { i.run(); });
+  i.thread = std::thread([&i] { i.run_guarded(); });
   log()->info("consuming {} topic(s) as group '{}'", i.topics.size(), i.cfg.application_id);
   return status::ok_status();
 }
@@ -607,11 +625,15 @@ void engine::stop() {
   i.running = false;
   if (i.thread.joinable()) i.thread.join();
   if (i.consumer) {
-    if (fatal_error().empty()) {
-      if (i.builder) (void)i.flush();  // result logged inside; nothing else to do at shutdown
-      i.commit_positions(true);
+    if (!i.failed) {
+      // On this (the caller's) thread now: guarded like the ingest thread.
+      auto why = guarded([&i] {
+        if (i.builder) (void)i.flush();  // a failure is logged inside; the written positions are committed
+        i.commit_positions(true);
+      });
+      if (why) i.set_fatal("stopping ingest: " + *why);
     }
-    // Leaves the group; the revoke callback runs here and finds nothing pending.
+    // Leaves the group; the revoke callback runs here and writes nothing more.
     auto err = rd_kafka_consumer_close(i.consumer);
     if (err) log()->warn("closing consumer: {}", rd_kafka_err2str(err));
   }

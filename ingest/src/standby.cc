@@ -208,7 +208,9 @@ standby_engine::~standby_engine() { stop(); }
 
 status standby_engine::start() {
   auto& i = *impl_;
-  i.builder = std::make_unique<batch_builder>(i.db, i.views);
+  auto builder = batch_builder::create(i.db, i.views);
+  if (!builder.ok()) return builder.error();
+  i.builder = std::move(builder.value());
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   char err[512];
   auto set = [&](const std::string& k, const std::string& v) {

@@ -1,6 +1,29 @@
 #include "query/freshness.h"
 
+#include <spdlog/spdlog.h>
+
+#include "core/guard.h"
+
 namespace kstate::query {
+namespace {
+
+// The "query" logger, created on first use; safe from any thread.
+std::shared_ptr<spdlog::logger> log() {
+  static auto l = [] {
+    if (auto existing = spdlog::get("query")) return existing;
+    auto created = spdlog::default_logger()->clone("query");
+    try {
+      spdlog::register_logger(created);
+    } catch (const spdlog::spdlog_ex&) {
+      // Registered by an embedding application first: use that one.
+      if (auto existing = spdlog::get("query")) return existing;
+    }
+    return created;
+  }();
+  return l;
+}
+
+}  // namespace
 
 freshness_waiter::freshness_waiter(const engine& queries, change_notifier& notifier) : queries_(queries) {
   notifier.subscribe([this] {
@@ -56,31 +79,66 @@ size_t freshness_waiter::pending() const {
   return waiters_.size();
 }
 
+void freshness_waiter::answer(waiter& w, bool reached) {
+  if (auto why = guarded([&] { w.done(reached); }))
+    log()->error("answering a min_position wait on store {} failed: {}", w.store, *why);
+}
+
 void freshness_waiter::run() {
-  std::unique_lock lock(mu_);
-  uint64_t seen = 0;
   for (;;) {
-    auto next_deadline = clock::time_point::max();
-    for (const auto& w : waiters_) next_deadline = std::min(next_deadline, w.deadline);
-    cv_.wait_until(lock, next_deadline, [&] { return stopping_ || changes_ != seen || clock::now() >= next_deadline; });
-    seen = changes_;
-    // Check outside the lock: reads RocksDB.
-    std::list<waiter> batch;
-    batch.swap(waiters_);
-    bool stopping = stopping_;
-    lock.unlock();
-    std::list<waiter> keep;
-    auto now = clock::now();
-    for (auto& w : batch) {
-      std::optional<bool> answer = stopping ? std::optional<bool>(false) : check(w);
-      if (!answer && now >= w.deadline) answer = false;
-      if (answer) w.done(*answer);
-      else keep.push_back(std::move(w));
+    bool stopped = false;
+    if (auto why = guarded([&] { stopped = pass(); })) {
+      log()->critical("freshness waiter: a pass failed: {}; pending min_position waits answered as not reached",
+                      *why);
+      fail_pending();
+      continue;
     }
-    lock.lock();
-    waiters_.splice(waiters_.end(), keep);
-    if (stopping && waiters_.empty()) return;
+    if (stopped) return;
   }
+}
+
+bool freshness_waiter::pass() {
+  std::unique_lock lock(mu_);
+  auto next_deadline = clock::time_point::max();
+  for (const auto& w : waiters_) next_deadline = std::min(next_deadline, w.deadline);
+  cv_.wait_until(lock, next_deadline, [&] { return stopping_ || changes_ != seen_ || clock::now() >= next_deadline; });
+  seen_ = changes_;
+  // Check outside the lock: reads RocksDB.
+  in_flight_.swap(waiters_);
+  bool stopping = stopping_;
+  lock.unlock();
+  auto now = clock::now();
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    std::optional<bool> reached;
+    if (stopping) {
+      reached = false;
+    } else if (auto why = guarded([&] { reached = check(*it); })) {
+      log()->error("checking a min_position wait on store {} failed: {}; answered as not reached", it->store, *why);
+      reached = false;
+    }
+    if (!reached && now >= it->deadline) reached = false;
+    if (!reached) {
+      ++it;
+      continue;
+    }
+    // Out of in_flight_ before the callback runs: answered once, whatever it does.
+    waiter w = std::move(*it);
+    it = in_flight_.erase(it);
+    answer(w, *reached);
+  }
+  lock.lock();
+  waiters_.splice(waiters_.end(), in_flight_);
+  return stopping && waiters_.empty();
+}
+
+void freshness_waiter::fail_pending() {
+  std::list<waiter> pending;
+  {
+    std::lock_guard lock(mu_);
+    pending.swap(in_flight_);
+    pending.splice(pending.end(), waiters_);
+  }
+  for (auto& w : pending) answer(w, false);
 }
 
 }  // namespace kstate::query

@@ -59,7 +59,9 @@ TEST_CASE("validate: formats decide what is malformed; tombstones are always val
 
 TEST_CASE("one batch carries every view's state changes and each partition's next offset") {
   fixture f;
-  batch_builder b(*f.db, f.views);
+  auto made = batch_builder::create(*f.db, f.views);
+  REQUIRE(made.ok());
+  auto& b = *made.value();
   b.add(rec("users-topic", 2, 10, "alice", R"({"n":1})"));
   b.add(rec("users-topic", 2, 11, "bob", "not json"));
   b.add(rec("users-topic", 2, 12, "alice", std::nullopt));
@@ -113,7 +115,9 @@ TEST_CASE("one batch carries every view's state changes and each partition's nex
 
 TEST_CASE("a view that already reflects an offset does not apply it again") {
   fixture f;
-  batch_builder b(*f.db, f.views);
+  auto made = batch_builder::create(*f.db, f.views);
+  REQUIRE(made.ok());
+  auto& b = *made.value();
   b.set_view_position("users-topic", 0, "users", 100);
   b.set_view_position("users-topic", 0, "raw", 50);
   CHECK(b.resume_offset("users-topic", 0) == 50);  // the slowest view decides

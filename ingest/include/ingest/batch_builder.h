@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "core/view.h"
 #include "storage/db.h"
 
@@ -52,8 +54,9 @@ bool valid_json(std::string_view s);
 
 class batch_builder {
  public:
-  // `views` must outlive the builder; every view must exist in `db`.
-  batch_builder(storage::db& db, const std::vector<view_def>& views);
+  // `views` must outlive the builder. An error names a view (other than an aggregate,
+  // which this builder does not apply) that has no column family in `db`.
+  static result<std::unique_ptr<batch_builder>> create(storage::db& db, const std::vector<view_def>& views);
 
   // Sets where each view stands on a partition (loaded from storage on assignment);
   // records below it are already reflected and are skipped for that view.
@@ -90,6 +93,8 @@ class batch_builder {
   void reset();
 
  private:
+  explicit batch_builder(storage::db& db);
+
   struct view_slot {
     const view_def* def;
     storage::view_id id;

@@ -8,6 +8,12 @@
 // Thread safety: wait() may be called from any thread. Callbacks run on the waiter's
 // own thread, or (for a bound reached at once) inside wait(). The destructor answers
 // every pending waiter with `false` and joins the thread.
+//
+// Failures on the waiter's thread never end the process and never leave a waiter
+// unanswered: a check that throws answers its waiter `false`; a callback that throws is
+// logged and the others are still answered; anything else that escapes a pass answers
+// every pending waiter `false`, is logged (critical, logger `query`) and the thread goes
+// on.
 
 #include <chrono>
 #include <condition_variable>
@@ -48,13 +54,24 @@ class freshness_waiter {
     callback done;
   };
   void run();
+  // One pass: waits for a change or a deadline, then answers what it can. True when
+  // stopped and nothing is pending. Waiter thread only.
+  bool pass();
   // nullopt: keep waiting; otherwise the answer.
   std::optional<bool> check(const waiter& w) const;
+  // Calls w.done(reached); a callback that throws is logged, not propagated.
+  static void answer(waiter& w, bool reached);
+  // Answers every pending waiter `false` (after a pass failed).
+  void fail_pending();
 
   const engine& queries_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::list<waiter> waiters_;
+  // Waiters a pass took out of waiters_ to check without the lock (waiter thread only),
+  // so that a pass that fails half-way still answers them.
+  std::list<waiter> in_flight_;
+  uint64_t seen_ = 0;  // changes_ as of the last pass (waiter thread only)
   uint64_t changes_ = 0;
   bool stopping_ = false;
   std::thread thread_;

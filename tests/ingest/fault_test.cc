@@ -1,0 +1,131 @@
+// Faults injected into the ingest and standby threads, against librdkafka's mock cluster
+// (rdkafka_mock.h: fault injection only; the integration tests use the real broker).
+//
+// Exceptions from hooks and change_notifier subscribers must end as a fatal error with
+// its cause, never std::terminate.
+#include <doctest/doctest.h>
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "core/notifier.h"
+#include "core/ownership.h"
+#include "ingest/engine.h"
+#include "storage/db.h"
+
+using namespace kstate;
+using namespace kstate::ingest;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A one-broker mock cluster, and a producer to fill its topics.
+class mock_kafka {
+ public:
+  mock_kafka() {
+    char err[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    REQUIRE(rd_kafka_conf_set(conf, "log_level", "2", err, sizeof err) == RD_KAFKA_CONF_OK);
+    handle_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    REQUIRE(handle_);
+    cluster_ = rd_kafka_mock_cluster_new(handle_, 1);
+    REQUIRE(cluster_);
+    conf = rd_kafka_conf_new();
+    REQUIRE(rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps().c_str(), err, sizeof err) == RD_KAFKA_CONF_OK);
+    producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    REQUIRE(producer_);
+  }
+  ~mock_kafka() {
+    rd_kafka_destroy(producer_);
+    rd_kafka_mock_cluster_destroy(cluster_);
+    rd_kafka_destroy(handle_);
+  }
+  std::string bootstraps() const { return rd_kafka_mock_cluster_bootstraps(cluster_); }
+  void create_topic(const std::string& name, int partitions) {
+    REQUIRE(rd_kafka_mock_topic_create(cluster_, name.c_str(), partitions, 1) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  // Produces to partition 0 and waits for the acknowledgements.
+  void produce(const std::string& topic, const std::vector<std::pair<std::string, std::string>>& records) {
+    for (const auto& [k, v] : records)
+      REQUIRE(rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(0),
+                                RD_KAFKA_V_KEY(k.data(), k.size()),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(v.data()), v.size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    REQUIRE(rd_kafka_flush(producer_, 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+
+ private:
+  rd_kafka_t* handle_ = nullptr;
+  rd_kafka_mock_cluster_t* cluster_ = nullptr;
+  rd_kafka_t* producer_ = nullptr;
+};
+
+struct state {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("kstate-ingest-fault-" + std::to_string(std::random_device{}()));
+  std::unique_ptr<storage::db> db;
+  explicit state(const std::vector<std::string>& views) {
+    auto opened = storage::db::open({.path = dir.string(), .block_cache_bytes = 8 << 20}, views);
+    REQUIRE(opened.ok());
+    db = std::move(opened.value());
+  }
+  ~state() {
+    db.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
+ingest_config config(const mock_kafka& kafka) {
+  ingest_config cfg;
+  cfg.bootstrap_servers = kafka.bootstraps();
+  cfg.application_id = "fault-" + std::to_string(std::random_device{}());
+  cfg.startup_timeout = 30s;
+  return cfg;
+}
+
+// Waits (generously) until `done` holds; fails the test otherwise.
+template <typename F>
+void wait_until(const char* what, F done) {
+  for (int i = 0; i < 1200 && !done(); ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE_MESSAGE(done(), "timed out waiting until " << what);
+}
+
+}  // namespace
+
+TEST_CASE("an exception thrown by a rebalance hook stops ingest with its cause, not std::terminate") {
+  mock_kafka kafka;
+  kafka.create_topic("events", 2);
+  state st({"v"});
+  ownership_registry ownership;
+  auto cfg = config(kafka);
+  cfg.before_assign = [](const auto&) { throw std::runtime_error("before_assign failed on purpose"); };
+  engine e(cfg, {view_def{.name = "v", .topic = "events"}}, *st.db, ownership, nullptr);
+  REQUIRE(e.start().ok());
+  wait_until("the engine failed", [&] { return !e.fatal_error().empty(); });
+  CHECK(e.fatal_error().find("before_assign failed on purpose") != std::string::npos);
+  e.stop();  // returns: the loop stopped cleanly
+}
+
+TEST_CASE("an exception thrown by a change_notifier subscriber stops ingest with its cause, after the write") {
+  mock_kafka kafka;
+  kafka.create_topic("events", 1);
+  kafka.produce("events", {{"a", "1"}, {"b", "2"}});
+  state st({"v"});
+  ownership_registry ownership;
+  change_notifier notifier;
+  notifier.subscribe([] { throw std::runtime_error("subscriber failed on purpose"); });
+  engine e(config(kafka), {view_def{.name = "v", .topic = "events"}}, *st.db, ownership, nullptr, &notifier);
+  REQUIRE(e.start().ok());
+  wait_until("the engine failed", [&] { return !e.fatal_error().empty(); });
+  CHECK(e.fatal_error().find("subscriber failed on purpose") != std::string::npos);
+  e.stop();
+  // The subscriber heard of a write that had happened: both records are stored.
+  auto pos = st.db->stored_position(*st.db->find_view("v"), 0);
+  REQUIRE(pos.ok());
+  CHECK(pos.value() == std::optional<int64_t>(2));
+}
