@@ -2,11 +2,13 @@
 // (rdkafka_mock.h: fault injection only; the integration tests use the real broker).
 //
 // Exceptions from hooks and change_notifier subscribers must end as a fatal error with
-// its cause, never std::terminate.
+// its cause, never std::terminate; dead letters the broker refuses for good arrive as
+// envelopes, or are counted, and ingest goes on.
 #include <doctest/doctest.h>
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+#include <prometheus/registry.h>
 
 #include <filesystem>
 #include <random>
@@ -23,6 +25,8 @@ using namespace kstate::ingest;
 using namespace std::chrono_literals;
 
 namespace {
+
+constexpr int16_t produce_api = 0;  // the Kafka protocol's ProduceRequest
 
 // A one-broker mock cluster, and a producer to fill its topics.
 class mock_kafka {
@@ -57,6 +61,10 @@ class mock_kafka {
                                 RD_KAFKA_V_VALUE(const_cast<char*>(v.data()), v.size()),
                                 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
     REQUIRE(rd_kafka_flush(producer_, 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  // The next `errors.size()` produce requests (of any client) fail with these errors.
+  void fail_produce_requests(const std::vector<rd_kafka_resp_err_t>& errors) {
+    rd_kafka_mock_push_request_errors_array(cluster_, produce_api, errors.size(), errors.data());
   }
 
  private:
@@ -95,6 +103,14 @@ void wait_until(const char* what, F done) {
   REQUIRE_MESSAGE(done(), "timed out waiting until " << what);
 }
 
+double counter_sum(prometheus::Registry& registry, const std::string& name) {
+  double sum = 0;
+  for (const auto& family : registry.Collect())
+    if (family.name == name)
+      for (const auto& m : family.metric) sum += m.counter.value;
+  return sum;
+}
+
 }  // namespace
 
 TEST_CASE("an exception thrown by a rebalance hook stops ingest with its cause, not std::terminate") {
@@ -128,4 +144,47 @@ TEST_CASE("an exception thrown by a change_notifier subscriber stops ingest with
   auto pos = st.db->stored_position(*st.db->find_view("v"), 0);
   REQUIRE(pos.ok());
   CHECK(pos.value() == std::optional<int64_t>(2));
+}
+
+TEST_CASE("a dead letter the broker refuses for good arrives as an envelope, or is counted; ingest goes on") {
+  mock_kafka kafka;
+  kafka.create_topic("events", 1);
+  kafka.create_topic("dlq", 1);
+  // Two valid records around an invalid one (not JSON).
+  kafka.produce("events", {{"a", R"({"n":1})"}, {"b", "{not json"}, {"c", R"({"n":3})"}});
+  state st({"v"});
+  ownership_registry ownership;
+  prometheus::Registry metrics;
+  const view_def v{.name = "v", .topic = "events", .dead_letter_topic = "dlq"};
+
+  SUBCASE("refused once: the envelope is delivered") {
+    kafka.fail_produce_requests({RD_KAFKA_RESP_ERR_INVALID_RECORD});
+    engine e(config(kafka), {v}, *st.db, ownership, &metrics);
+    REQUIRE(e.start().ok());
+    wait_until("the batch is written", [&] {
+      auto pos = st.db->stored_position(*st.db->find_view("v"), 0);
+      return pos.ok() && pos.value() == std::optional<int64_t>(3);
+    });
+    CHECK(e.stats().dead_lettered == 1);
+    CHECK(e.stats().dead_letters_truncated == 1);
+    CHECK(e.stats().dead_letters_failed == 0);
+    CHECK(counter_sum(metrics, "kstate_ingest_dead_letters_truncated_total") == 1);
+    CHECK(e.fatal_error().empty());
+    e.stop();
+  }
+  SUBCASE("refused for the envelope too: counted as failed, the batch still written") {
+    kafka.fail_produce_requests({RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
+    engine e(config(kafka), {v}, *st.db, ownership, &metrics);
+    REQUIRE(e.start().ok());
+    wait_until("the batch is written", [&] {
+      auto pos = st.db->stored_position(*st.db->find_view("v"), 0);
+      return pos.ok() && pos.value() == std::optional<int64_t>(3);
+    });
+    CHECK(e.stats().dead_lettered == 0);
+    CHECK(e.stats().dead_letters_failed == 1);
+    CHECK(counter_sum(metrics, "kstate_ingest_dead_letters_failed_total") == 1);
+    CHECK(e.stats().applied == 2);
+    CHECK(e.fatal_error().empty());
+    e.stop();
+  }
 }

@@ -75,7 +75,9 @@ struct ingest_stats {
   std::atomic<uint64_t> consumed{0};       // records received from Kafka
   std::atomic<uint64_t> applied{0};        // record x view applications written
   std::atomic<uint64_t> invalid{0};        // records a view rejected
-  std::atomic<uint64_t> dead_lettered{0};  // rejections delivered to a dead-letter topic
+  std::atomic<uint64_t> dead_lettered{0};  // rejections delivered to a dead-letter topic (whole or as an envelope)
+  std::atomic<uint64_t> dead_letters_truncated{0};  // of those, delivered as an envelope
+  std::atomic<uint64_t> dead_letters_failed{0};     // rejections not delivered, not even as an envelope
   std::atomic<uint64_t> batches{0};        // RocksDB writes
   std::atomic<uint64_t> rebalances{0};     // assignment changes
   std::atomic<uint64_t> restored{0};       // changelog records applied to local stores
