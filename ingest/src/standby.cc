@@ -53,6 +53,7 @@ struct standby_engine::impl {
   std::unique_ptr<batch_builder> builder;
   std::thread thread;
   std::atomic<bool> running{false};
+  standby_engine::write_hook before_write_for_testing;
 
   mutable std::mutex mu;
   std::condition_variable released_cv;
@@ -189,6 +190,11 @@ struct standby_engine::impl {
       if (builder->pending_records() &&
           (!m || builder->pending_records() >= static_cast<size_t>(cfg.max_batch_records) ||
            std::chrono::steady_clock::now() - first_pending >= cfg.max_batch_delay)) {
+        if (before_write_for_testing) {
+          std::vector<tp> touched;
+          for (const auto& [p, next] : builder->touched()) touched.push_back(p);
+          before_write_for_testing(touched);
+        }
         std::lock_guard lock(mu);
         flush();
       }
@@ -261,8 +267,13 @@ void standby_engine::release(const std::vector<std::pair<std::string, int32_t>>&
     }
   if (!any || !i.running) return;
   auto gen = i.release_generation;
-  if (!i.released_cv.wait_for(lock, std::chrono::seconds(10), [&] { return i.release_generation != gen; }))
-    log()->warn("standby: release of {} partition(s) took over 10 s", parts.size());
+  if (!i.released_cv.wait_for(lock, i.cfg.standby_release_timeout, [&] { return i.release_generation != gen; }))
+    log()->warn("standby: release of {} partition(s) took over {} ms", parts.size(),
+                i.cfg.standby_release_timeout.count());
+}
+
+void standby_engine::set_before_write_for_testing(write_hook hook) {
+  impl_->before_write_for_testing = std::move(hook);
 }
 
 std::optional<int64_t> standby_engine::high_watermark(const std::string& topic, int32_t partition) const {

@@ -69,6 +69,9 @@ struct ingest_config {
   // Called with newly assigned partitions before their stored positions are read (the
   // standby engine releases them here, so the owner resumes where the copy stopped).
   std::function<void(const std::vector<std::pair<std::string, int32_t>>&)> before_assign;
+  // The standby engine: how long release() waits for the copy to write what it holds
+  // of a partition taken over. Default 10 s.
+  std::chrono::milliseconds standby_release_timeout{10'000};
 };
 
 struct ingest_stats {

@@ -16,6 +16,7 @@
 // Threading: start() spawns one thread owning the consumer; release() and partitions()
 // may be called from any thread.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,12 +48,19 @@ class standby_engine {
   status start();
   void stop();
   // Stops consuming `parts` after writing what was consumed of them. Returns when done
-  // (or after 10 s, logging why).
+  // (or after ingest_config::standby_release_timeout, logging why).
   void release(const std::vector<std::pair<std::string, int32_t>>& parts);
   // The partitions currently kept as standby copies.
   std::vector<std::pair<std::string, int32_t>> partitions() const;
   // The high watermark of a standby partition as its consumer last fetched it.
   std::optional<int64_t> high_watermark(const std::string& topic, int32_t partition) const;
+
+  // Test only: called on the standby thread, holding no lock, with the partitions a
+  // batch of the copies touches, before that batch is written, so a test can hold a
+  // write back past a hand-over. Set before start(); never set in production, where the
+  // empty function costs one test per batch.
+  using write_hook = std::function<void(const std::vector<std::pair<std::string, int32_t>>& partitions)>;
+  void set_before_write_for_testing(write_hook hook);
 
  private:
   struct impl;
