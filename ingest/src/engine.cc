@@ -321,14 +321,18 @@ struct engine::impl {
       // released where their stored positions stand.
       ownership.mark_joined();
       if (flush()) commit_positions(false);
+      std::vector<std::pair<std::string, int32_t>> given_up;
       for (int i = 0; i < parts->cnt; ++i) {
         auto& p = parts->elems[i];
         ownership.revoke(p.topic, p.partition);
         builder->forget_partition(p.topic, p.partition);
         if (agg) agg->forget(p.topic, p.partition);
         applied.erase({p.topic, p.partition});
+        given_up.emplace_back(p.topic, p.partition);
         log()->info("revoked {}-{}", p.topic, p.partition);
       }
+      // Nothing of these partitions is written by this engine any more.
+      if (cfg.after_revoke) cfg.after_revoke(given_up);
       rd_kafka_error_t* e = nullptr;
       rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
       if (cooperative) e = rd_kafka_incremental_unassign(rk, parts);

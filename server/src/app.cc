@@ -178,6 +178,9 @@ status app::start() {
   i.cfg.ingest.before_assign = [standby_slot](const std::vector<std::pair<std::string, int32_t>>& parts) {
     if (*standby_slot) (*standby_slot)->release(parts);
   };
+  i.cfg.ingest.after_revoke = [standby_slot](const std::vector<std::pair<std::string, int32_t>>& parts) {
+    if (*standby_slot) (*standby_slot)->give_back(parts);
+  };
   i.ingest = std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(),
                                               &i.notifier);
   {
@@ -199,7 +202,7 @@ status app::start() {
       if (!v.is_aggregate()) tables.push_back(v);
     i.standby = std::make_unique<ingest::standby_engine>(i.cfg.ingest, tables, *i.db, i.ownership, i.membership,
                                                          i.cfg.advertised_endpoint, i.cfg.standby_replicas,
-                                                         &i.notifier);
+                                                         &i.notifier, i.metrics.get());
     if (auto s = i.standby->start(); !s.ok()) return s;
   }
   spdlog::info("kstate serving {} store(s) on {}", i.cfg.views.size(), i.cfg.advertised_endpoint);

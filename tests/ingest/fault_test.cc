@@ -2,8 +2,8 @@
 // (rdkafka_mock.h: fault injection only; the integration tests use the real broker).
 //
 // Exceptions from hooks and change_notifier subscribers must end as a fatal error with
-// its cause, never std::terminate; dead letters the broker refuses for good arrive as
-// envelopes, or are counted, and ingest goes on.
+// its cause (ingest) or stopped copies (standby), never std::terminate; dead letters the
+// broker refuses for good arrive as envelopes, or are counted, and ingest goes on.
 #include <doctest/doctest.h>
 
 #include <librdkafka/rdkafka.h>
@@ -15,9 +15,11 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/membership.h"
 #include "core/notifier.h"
 #include "core/ownership.h"
 #include "ingest/engine.h"
+#include "ingest/standby.h"
 #include "storage/db.h"
 
 using namespace kstate;
@@ -187,4 +189,29 @@ TEST_CASE("a dead letter the broker refuses for good arrives as an envelope, or 
     CHECK(e.fatal_error().empty());
     e.stop();
   }
+}
+
+TEST_CASE("an exception on the standby thread stops the copies with a metric, not the process") {
+  mock_kafka kafka;
+  kafka.create_topic("events", 1);
+  kafka.produce("events", {{"a", "1"}});
+  state st({"v"});
+  ownership_registry ownership;
+  ownership.set_partition_count("events", 1);
+  membership_registry membership;
+  cluster_snapshot group;
+  group.version = 1;
+  group.members = {member_info{"a", "a", "http://a", "host", {{"events", 0}}}, member_info{"b", "b", "http://b", "host", {}}};
+  membership.publish(group);
+  change_notifier notifier;
+  notifier.subscribe([] { throw std::runtime_error("subscriber failed on purpose"); });
+  prometheus::Registry metrics;
+  standby_engine standby(config(kafka), {view_def{.name = "v", .topic = "events", .value_format = data_format::string}},
+                         *st.db, ownership, membership, "http://b", 1, &notifier, &metrics);
+  REQUIRE(standby.start().ok());
+  wait_until("the copies stopped", [&] { return counter_sum(metrics, "kstate_standby_failures_total") == 1; });
+  CHECK(standby.partitions().empty());
+  // A hand-over to an owner does not wait for copies that are gone.
+  standby.release({{"events", 0}});
+  standby.stop();
 }

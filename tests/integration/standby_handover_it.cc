@@ -1,7 +1,8 @@
 // The hand-over from a standby copy to the owner on the same instance is fenced: once
 // standby_engine::release() returned, in time or not, no write of the copy lands for the
 // partitions taken over, so a late batch of the copy can never overwrite newer values
-// (and positions) the owner wrote.
+// (and positions) the owner wrote; and once the owner gives a partition up, the copy
+// keeps it again.
 //
 // The standby engine and the owner's ingest engine run in this process against the real
 // broker, sharing one RocksDB, as in a kstate instance. The group membership the standby
@@ -167,6 +168,7 @@ TEST_CASE("a standby write held back past the release deadline never lands over 
   // This instance becomes the owner of `taken`: release() waits 200 ms for the stalled
   // copy, then the owner reads the stored position and applies.
   cfg.before_assign = [&](const std::vector<tp>& parts) { standby.release(parts); };
+  cfg.after_revoke = [&](const std::vector<tp>& parts) { standby.give_back(parts); };
   ingest::engine owner(cfg, {s}, db, ownership, nullptr, &notifier);
   REQUIRE(owner.start().ok());
   wait_until("the owner applied the first two generations", [&] { return stored(db, "s") == 2 * keys; });
@@ -187,6 +189,13 @@ TEST_CASE("a standby write held back past the release deadline never lands over 
   check_view(db, "u", kept_model, 2 * keys);
   CHECK(owner.fatal_error().empty());
 
+  // The owner gives the partition up (it leaves the group): the copy keeps it again,
+  // from where the owner stopped.
   owner.stop();
+  auto fourth = generation(4);
+  produce_bytes(taken, fourth);
+  for (const auto& r : fourth) apply_record(taken_model, r);
+  wait_until("the copy caught up with the given-back partition", [&] { return stored(db, "s") == 4 * keys; });
+  check_view(db, "s", taken_model, 4 * keys);
   standby.stop();
 }

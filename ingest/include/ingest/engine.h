@@ -66,11 +66,16 @@ struct ingest_config {
   // assignment changed (e.g. membership_watcher::refresh_soon). Must not block. May be
   // empty.
   std::function<void()> on_rebalance;
-  // Called with newly assigned partitions before their stored positions are read (the
-  // standby engine releases them here, so the owner resumes where the copy stopped).
+  // Called on the ingest thread with newly assigned partitions before their stored
+  // positions are read (the standby engine releases them here, so the owner resumes
+  // where the copy stopped, and no write of the copy can follow). May be empty.
   std::function<void(const std::vector<std::pair<std::string, int32_t>>&)> before_assign;
+  // Called on the ingest thread with revoked partitions once this engine writes nothing
+  // more of them (the standby engine may copy them again). May be empty.
+  std::function<void(const std::vector<std::pair<std::string, int32_t>>&)> after_revoke;
   // The standby engine: how long release() waits for the copy to write what it holds
-  // of a partition taken over. Default 10 s.
+  // of a partition taken over. Past it the owner goes on from the stored position, and
+  // the copy's pending write is dropped. Default 10 s.
   std::chrono::milliseconds standby_release_timeout{10'000};
 };
 
