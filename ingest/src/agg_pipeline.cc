@@ -45,37 +45,43 @@ void agg_delivery_report(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque)
   end = std::max(end, m->offset + 1);
 }
 
-agg_pipeline::agg_pipeline(const ingest_config& cfg, std::vector<const view_def*> views, storage::db& db,
-                           ownership_registry& ownership, batch_builder& builder, prometheus::Registry* metrics)
-    : cfg_(cfg), db_(db), ownership_(ownership), builder_(builder), exactly_once_(cfg.exactly_once) {
+agg_pipeline::agg_pipeline(const ingest_config& cfg, storage::db& db, ownership_registry& ownership,
+                           batch_builder& builder)
+    : cfg_(cfg), db_(db), ownership_(ownership), builder_(builder), exactly_once_(cfg.exactly_once) {}
+
+result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& cfg, std::vector<const view_def*> views,
+                                                           storage::db& db, ownership_registry& ownership,
+                                                           batch_builder& builder, prometheus::Registry* metrics) {
+  std::unique_ptr<agg_pipeline> p(new agg_pipeline(cfg, db, ownership, builder));
   for (const auto* v : views) {
     auto id = db.find_view(v->name);
-    if (!id) throw std::invalid_argument("view '" + v->name + "' has no column family");
-    views_.push_back(view_state{v, *id, aggregator(*v, cfg.max_json_depth)});
+    if (!id) return internal_error("view '" + v->name + "' has no column family");
+    p->views_.push_back(view_state{v, *id, aggregator(*v, cfg.max_json_depth)});
   }
-  for (size_t i = 0; i < views_.size(); ++i) {
-    const auto& v = *views_[i].def;
+  for (size_t i = 0; i < p->views_.size(); ++i) {
+    const auto& v = *p->views_[i].def;
     if (v.rekeyed()) {
-      stage1_[v.input_topic()].push_back(i);
-      topics_.insert(v.input_topic());
+      p->stage1_[v.input_topic()].push_back(i);
+      p->topics_.insert(v.input_topic());
     }
-    stage2_[v.topic].push_back(i);
-    topics_.insert(v.topic);
+    p->stage2_[v.topic].push_back(i);
+    p->topics_.insert(v.topic);
   }
-  murmur2_ = *make_partitioner("murmur2");
+  p->murmur2_ = *make_partitioner("murmur2");
   if (metrics) {
-    m_restored_ = &prometheus::BuildCounter().Name("kstate_restore_records_total")
+    p->m_restored_ = &prometheus::BuildCounter().Name("kstate_restore_records_total")
                        .Help("Changelog records applied to a local store (restores)").Register(*metrics);
-    m_late_ = &prometheus::BuildCounter().Name("kstate_ingest_late_records_total")
+    p->m_late_ = &prometheus::BuildCounter().Name("kstate_ingest_late_records_total")
                   .Help("Records of windowed stores dropped because every window they fall in had closed")
                   .Register(*metrics);
-    m_txn_ = &prometheus::BuildCounter().Name("kstate_ingest_transactions_total")
+    p->m_txn_ = &prometheus::BuildCounter().Name("kstate_ingest_transactions_total")
                   .Help("Aggregate batches made durable in Kafka, by outcome").Register(*metrics);
-    m_future_ = &prometheus::BuildCounter().Name("kstate_ingest_future_records_total")
+    p->m_future_ = &prometheus::BuildCounter().Name("kstate_ingest_future_records_total")
                     .Help("Records of windowed stores rejected because their event time was more than "
                           "window.max_future ahead of the clock")
                     .Register(*metrics);
   }
+  return p;
 }
 
 agg_pipeline::~agg_pipeline() { close(); }
@@ -434,15 +440,14 @@ status agg_pipeline::produce(const std::string& topic, int32_t partition, std::s
   }
 }
 
-std::optional<std::string> agg_pipeline::current(view_state& v, int32_t partition, const std::string& key,
-                                                 int64_t& offset_out) {
+result<std::optional<std::string>> agg_pipeline::current(view_state& v, int32_t partition, const std::string& key) {
   auto got = db_.get(v.id, partition, key);
-  if (!got.ok()) throw std::runtime_error("reading aggregate: " + got.error().to_string());
-  if (!got.value().value) return std::nullopt;
+  if (!got.ok()) return status(got.error().code(), "reading the aggregate of store " + v.def->name + ": " +
+                                                       got.error().message());
+  if (!got.value().value) return std::optional<std::string>();
   auto f = unframe_value(*got.value().value);
-  if (!f) return std::nullopt;
-  offset_out = f->offset;
-  return std::string(f->value);
+  if (!f) return std::optional<std::string>();
+  return std::optional<std::string>(std::string(f->value));
 }
 
 bool agg_pipeline::refuse_future(view_state& v, const record& r, int64_t ts) {
@@ -481,7 +486,7 @@ void agg_pipeline::stage1(view_state& v, const record& r) {
   }
 }
 
-void agg_pipeline::stage2(view_state& v, const record& r) {
+status agg_pipeline::stage2(view_state& v, const record& r) {
   std::string key;
   if (v.def->rekeyed()) {
     // Re-keyed by stage 1: the key is the group key. The repartition topic is written
@@ -489,31 +494,31 @@ void agg_pipeline::stage2(view_state& v, const record& r) {
     key = r.key ? std::string(*r.key) : std::string();
     if (auto why = check_group_key(*v.def, key, cfg_.max_json_depth); !why.empty()) {
       builder_.reject(*v.def, r, std::move(why));
-      return;
+      return status::ok_status();
     }
   } else {
     std::vector<std::string> keys;
     auto why = group_keys(*v.def, r.key, r.value, cfg_.max_json_depth, keys);
     if (!why.empty()) {
       builder_.reject(*v.def, r, std::move(why));
-      return;
+      return status::ok_status();
     }
     key = std::move(keys.front());
   }
   if (!v.def->windowed()) {
-    fold(v, r, key, r.timestamp);
-    return;
+    auto folded = fold(v, r, key, r.timestamp);
+    return folded.ok() ? status::ok_status() : folded.error();
   }
   int64_t ts = 0;
   if (auto why = event_time(*v.def, r.value, r.timestamp, cfg_.max_json_depth, ts); !why.empty()) {
     builder_.reject(*v.def, r, std::move(why));
-    return;
+    return status::ok_status();
   }
   // Before stream time moves: one record from the year 9999 would close every window.
-  if (refuse_future(v, r, ts)) return;
+  if (refuse_future(v, r, ts)) return status::ok_status();
   if (auto why = v.agg.check(r.value); !why.empty()) {
     builder_.reject(*v.def, r, std::move(why));
-    return;
+    return status::ok_status();
   }
   const size_t idx = static_cast<size_t>(&v - views_.data());
   int64_t& stream_time = stream_time_.try_emplace({idx, r.partition}, -1).first->second;
@@ -523,7 +528,9 @@ void agg_pipeline::stage2(view_state& v, const record& r) {
     // A window that closed (end + grace reached) takes no more records.
     if (window_closed(*v.def->window, start, stream_time)) continue;
     any = true;
-    if (!fold(v, r, encode_windowed_key(key, start), ts)) return;
+    auto folded = fold(v, r, encode_windowed_key(key, start), ts);
+    if (!folded.ok()) return folded.error();
+    if (!folded.value()) return status::ok_status();  // rejected: counted once, by fold
   }
   if (!any) {
     ++late_total_;
@@ -533,17 +540,19 @@ void agg_pipeline::stage2(view_state& v, const record& r) {
   } else {
     builder_.note_applied(v.def->name, r.topic, r.partition);
   }
+  return status::ok_status();
 }
 
-bool agg_pipeline::fold(view_state& v, const record& r, const std::string& key, int64_t timestamp) {
+result<bool> agg_pipeline::fold(view_state& v, const record& r, const std::string& key, int64_t timestamp) {
   size_t idx = static_cast<size_t>(&v - views_.data());
   auto slot = cache_.find({idx, r.partition, key});
   std::optional<std::string> cur;
   if (slot != cache_.end()) {
     cur = slot->second.state;
   } else {
-    int64_t off = -1;
-    cur = current(v, r.partition, key, off);
+    auto stored = current(v, r.partition, key);
+    if (!stored.ok()) return stored.error();
+    cur = std::move(stored.value());
   }
   auto out = v.agg.apply(cur, r.value);
   if (!out.error.empty()) {
@@ -563,16 +572,18 @@ bool agg_pipeline::fold(view_state& v, const record& r, const std::string& key, 
   return true;
 }
 
-void agg_pipeline::add(const record& r) {
+status agg_pipeline::add(const record& r) {
   auto tp = std::make_pair(std::string(r.topic), r.partition);
   auto c = committed_.find(tp);
   // Below the committed offset: already reflected (e.g. read again for a table view).
-  if (c != committed_.end() && r.offset < c->second) return;
+  if (c != committed_.end() && r.offset < c->second) return status::ok_status();
   if (auto it = stage1_.find(r.topic); it != stage1_.end())
     for (size_t idx : it->second) stage1(views_[idx], r);
   if (auto it = stage2_.find(r.topic); it != stage2_.end())
-    for (size_t idx : it->second) stage2(views_[idx], r);
+    for (size_t idx : it->second)
+      if (auto s = stage2(views_[idx], r); !s.ok()) return s;
   consumed_[tp] = r.offset + 1;
+  return status::ok_status();
 }
 
 agg_pipeline::outcome agg_pipeline::abort_and_rewind(std::string& error, const std::string& why) {

@@ -44,8 +44,10 @@ namespace kstate::ingest {
 class agg_pipeline {
  public:
   // `views` (aggregate views only), `db`, `ownership` and `builder` outlive the pipeline.
-  agg_pipeline(const ingest_config& cfg, std::vector<const view_def*> views, storage::db& db,
-               ownership_registry& ownership, batch_builder& builder, prometheus::Registry* metrics);
+  // An error names a view that has no column family in `db`.
+  static result<std::unique_ptr<agg_pipeline>> create(const ingest_config& cfg, std::vector<const view_def*> views,
+                                                      storage::db& db, ownership_registry& ownership,
+                                                      batch_builder& builder, prometheus::Registry* metrics);
   ~agg_pipeline();
 
   // Creates the producer (transactional under exactly_once; init_transactions fences a
@@ -66,8 +68,9 @@ class agg_pipeline {
   // The partition was revoked (after the last batch was committed).
   void forget(const std::string& topic, int32_t partition);
 
-  // Applies one consumed record of a handled topic (stage 1 and/or 2).
-  void add(const record& r);
+  // Applies one consumed record of a handled topic (stage 1 and/or 2). An error (the
+  // stored aggregate could not be read) leaves the batch unusable: the engine stops.
+  status add(const record& r);
   bool pending() const { return !consumed_.empty(); }
 
   enum class outcome { committed, aborted, fatal };
@@ -90,6 +93,8 @@ class agg_pipeline {
   uint64_t late_records() const { return late_total_.load(); }
 
  private:
+  agg_pipeline(const ingest_config& cfg, storage::db& db, ownership_registry& ownership, batch_builder& builder);
+
   struct view_state {
     const view_def* def;
     storage::view_id id;
@@ -106,15 +111,16 @@ class agg_pipeline {
   status produce(const std::string& topic, int32_t partition, std::string_view key,
                  std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp);
   void begin_if_needed();
-  std::optional<std::string> current(view_state& v, int32_t partition, const std::string& key, int64_t& offset_out);
+  // The stored aggregate of `key` (nullopt: none yet).
+  result<std::optional<std::string>> current(view_state& v, int32_t partition, const std::string& key);
   // Rejects the record (counted, dead-lettered) when its event time `ts` is more than
   // the view's window.max_future ahead of the wall clock; true when it did.
   bool refuse_future(view_state& v, const record& r, int64_t ts);
   void stage1(view_state& v, const record& r);
-  void stage2(view_state& v, const record& r);
+  status stage2(view_state& v, const record& r);
   // Folds `value` into the aggregate of `key` (the stored key) in the batch's cache and
   // writes the changelog record; false when the view rejected the record.
-  bool fold(view_state& v, const record& r, const std::string& key, int64_t timestamp);
+  result<bool> fold(view_state& v, const record& r, const std::string& key, int64_t timestamp);
   outcome abort_and_rewind(std::string& error, const std::string& why);
   status restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume);
 

@@ -50,14 +50,19 @@ std::string validate(const view_def& view, const record& r, int max_json_depth) 
   return {};
 }
 
-batch_builder::batch_builder(storage::db& db, const std::vector<view_def>& views, int max_json_depth)
-    : db_(db), max_json_depth_(max_json_depth), batch_(db.new_batch()) {
+batch_builder::batch_builder(storage::db& db, int max_json_depth)
+    : db_(db), max_json_depth_(max_json_depth), batch_(db.new_batch()) {}
+
+result<std::unique_ptr<batch_builder>> batch_builder::create(storage::db& db, const std::vector<view_def>& views,
+                                                             int max_json_depth) {
+  std::unique_ptr<batch_builder> b(new batch_builder(db, max_json_depth));
   for (const auto& v : views) {
     if (v.is_aggregate()) continue;  // applied by the aggregate pipeline
     auto id = db.find_view(v.name);
-    if (!id) throw std::invalid_argument("view '" + v.name + "' has no column family");
-    by_topic_[v.topic].push_back(view_slot{&v, *id});
+    if (!id) return internal_error("view '" + v.name + "' has no column family");
+    b->by_topic_[v.topic].push_back(view_slot{&v, *id});
   }
+  return b;
 }
 
 void batch_builder::set_view_position(std::string_view topic, int32_t partition, const std::string& view,

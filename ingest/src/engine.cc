@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "agg_pipeline.h"
+#include "core/guard.h"
+#include "dead_letters.h"
 #include "ingest/batch_builder.h"
 #include "ingest/membership.h"
 
@@ -44,13 +46,18 @@ struct engine::impl {
   ingest_stats stats;
 
   rd_kafka_t* consumer = nullptr;
-  rd_kafka_t* dlq_producer = nullptr;
+  std::unique_ptr<dead_letter_sender> dead_letters;  // null without dead-letter topics
   std::unique_ptr<batch_builder> builder;
   std::unique_ptr<agg_pipeline> agg;  // null without aggregate views
   std::thread thread;
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
   std::atomic<bool> aborting{false};
+  // Set with `fatal`: nothing more is written once the engine failed.
+  std::atomic<bool> failed{false};
+  // A stop interrupted the delivery of the pending batch's dead letters: that batch, and
+  // anything after it, is never written (the next start reads its records again).
+  bool abandoned = false;
   mutable std::mutex fatal_mu;
   std::string fatal;
   std::set<std::string> topics;
@@ -58,7 +65,6 @@ struct engine::impl {
   std::chrono::steady_clock::time_point last_commit{};
   // Next offset applied per owned partition: what is committed to the group.
   std::map<std::pair<std::string, int32_t>, int64_t> applied;
-  std::atomic<uint64_t> dlq_failures{0};
   // The first authentication failure librdkafka reported (wrong SASL password, a
   // certificate the broker refused): start() gives up on it instead of retrying until
   // startup_timeout, since retrying cannot fix credentials.
@@ -73,7 +79,6 @@ struct engine::impl {
   prometheus::Histogram* m_batch_records = nullptr;
   prometheus::Histogram* m_apply_seconds = nullptr;
   std::chrono::steady_clock::time_point last_progress{};
-  prometheus::Family<prometheus::Counter>* m_dead_lettered = nullptr;
   prometheus::Family<prometheus::Counter>* m_rebalances = nullptr;
 
   impl(ingest_config c, std::vector<view_def> v, storage::db& d, ownership_registry& o)
@@ -82,17 +87,25 @@ struct engine::impl {
   ~impl() {
     agg.reset();
     if (consumer) rd_kafka_destroy(consumer);
-    if (dlq_producer) rd_kafka_destroy(dlq_producer);
   }
 
   void set_fatal(std::string msg) {
     log()->critical("{}", msg);
     std::lock_guard lock(fatal_mu);
-    fatal = std::move(msg);
+    if (fatal.empty()) fatal = std::move(msg);  // the first cause, not its consequences
+    failed = true;
     running = false;
   }
 
-  status common_conf(rd_kafka_conf_t* conf) {
+  // The ingest thread's body. Failures are status values handled where they occur; an
+  // exception that still escapes (a bug, std::bad_alloc, a hook that throws) stops the
+  // engine with its cause rather than std::terminate.
+  void run_guarded() {
+    if (auto why = guarded([this] { run(); })) set_fatal("ingest thread stopped by an exception: " + *why);
+  }
+
+  // Properties and the log callback every client of the engine shares.
+  status common_props(rd_kafka_conf_t* conf) {
     for (const auto& [k, v] : cfg.kafka) {
       auto s = set_prop(conf, k, v);
       if (!s.ok()) return s;
@@ -100,6 +113,12 @@ struct engine::impl {
     if (auto s = set_prop(conf, "bootstrap.servers", cfg.bootstrap_servers); !s.ok()) return s;
     if (auto s = set_prop(conf, "client.id", cfg.client_id); !s.ok()) return s;
     rd_kafka_conf_set_log_cb(conf, rdkafka_log);
+    return status::ok_status();
+  }
+
+  // The same, with the error callback; the client's opaque must be this impl.
+  status common_conf(rd_kafka_conf_t* conf) {
+    if (auto s = common_props(conf); !s.ok()) return s;
     rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int err, const char* reason, void* opaque) {
       static_cast<impl*>(opaque)->on_error(static_cast<rd_kafka_resp_err_t>(err), reason);
     });
@@ -166,7 +185,10 @@ struct engine::impl {
     rd_kafka_conf_set_opaque(conf.get(), this);
     rd_kafka_conf_set_rebalance_cb(conf.get(), [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
                                                   rd_kafka_topic_partition_list_t* parts, void* opaque) {
-      static_cast<impl*>(opaque)->on_rebalance(rk, err, parts);
+      // Nothing may unwind through librdkafka's C frames.
+      auto* self = static_cast<impl*>(opaque);
+      if (auto why = guarded([&] { self->on_rebalance(rk, err, parts); }))
+        self->set_fatal("rebalance callback stopped by an exception: " + *why);
     });
     char err[512];
     consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf.release(), err, sizeof err);
@@ -175,24 +197,12 @@ struct engine::impl {
     return status::ok_status();
   }
 
-  status create_dlq_producer() {
-    conf_ptr conf(rd_kafka_conf_new());
-    if (auto s = set_prop(conf.get(), "linger.ms", "5"); !s.ok()) return s;  // the kafka: map may change it
-    if (auto s = common_conf(conf.get()); !s.ok()) return s;
-    // Idempotent: retries inside librdkafka never duplicate a dead letter.
-    if (auto s = set_prop(conf.get(), "enable.idempotence", "true"); !s.ok()) return s;
-    rd_kafka_conf_set_opaque(conf.get(), this);
-    rd_kafka_conf_set_dr_msg_cb(conf.get(), [](rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
-      auto* self = static_cast<impl*>(opaque);
-      if (m->err) {
-        ++self->dlq_failures;
-        log()->error("dead-letter delivery to {} failed: {}", rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err));
-      }
-    });
-    char err[512];
-    dlq_producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf.release(), err, sizeof err);
-    if (!dlq_producer) return invalid_argument(std::string("creating dead-letter producer: ") + err);
-    return status::ok_status();
+  status create_dead_letter_sender() {
+    dead_letters = std::make_unique<dead_letter_sender>(
+        [this](rd_kafka_conf_t* conf) { return common_props(conf); },
+        [this](rd_kafka_resp_err_t err, const char* reason) { on_error(err, reason); },
+        [this] { return running.load(); }, stats, metrics);
+    return dead_letters->start();
   }
 
   // Partition counts of `names`; error naming the first topic that does not exist.
@@ -306,18 +316,23 @@ struct engine::impl {
       if (aerr) set_fatal(std::string("assign: ") + rd_kafka_err2str(aerr));
     } else {
       // Write what was consumed for these partitions before releasing them, so the
-      // next owner (or this instance later) resumes exactly after it.
+      // next owner (or this instance later) resumes exactly after it. Once the engine
+      // failed (or a stop gave the batch up) nothing is written: the partitions are
+      // released where their stored positions stand.
       ownership.mark_joined();
-      if (!flush()) return;
-      commit_positions(false);
+      if (flush()) commit_positions(false);
+      std::vector<std::pair<std::string, int32_t>> given_up;
       for (int i = 0; i < parts->cnt; ++i) {
         auto& p = parts->elems[i];
         ownership.revoke(p.topic, p.partition);
         builder->forget_partition(p.topic, p.partition);
         if (agg) agg->forget(p.topic, p.partition);
         applied.erase({p.topic, p.partition});
+        given_up.emplace_back(p.topic, p.partition);
         log()->info("revoked {}-{}", p.topic, p.partition);
       }
+      // Nothing of these partitions is written by this engine any more.
+      if (cfg.after_revoke) cfg.after_revoke(given_up);
       rd_kafka_error_t* e = nullptr;
       rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
       if (cooperative) e = rd_kafka_incremental_unassign(rk, parts);
@@ -328,57 +343,22 @@ struct engine::impl {
     if (cfg.on_rebalance) cfg.on_rebalance();
   }
 
-  // Sends the batch's rejections to their dead-letter topics and waits until Kafka has
-  // acknowledged every one: a batch's position never passes an undelivered dead letter.
-  bool deliver_dead_letters() {
-    const auto& rejected = builder->rejections();
-    uint64_t sent = 0;
-    for (const auto& r : rejected) {
-      log()->warn("invalid record {}-{}@{} in view {}: {}", r.topic, r.partition, r.offset, r.view, r.reason);
-      if (r.dead_letter_topic.empty() || !dlq_producer) continue;
-      auto part = std::to_string(r.partition), off = std::to_string(r.offset);
-      const char* key = r.key ? r.key->data() : nullptr;
-      size_t key_len = r.key ? r.key->size() : 0;
-      char* value = r.value ? const_cast<char*>(r.value->data()) : nullptr;
-      size_t value_len = r.value ? r.value->size() : 0;
-      for (;;) {
-        auto err = rd_kafka_producev(
-            dlq_producer, RD_KAFKA_V_TOPIC(r.dead_letter_topic.c_str()),
-            RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE(value, value_len),
-            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-            RD_KAFKA_V_HEADER("kstate.reason", r.reason.data(), static_cast<ssize_t>(r.reason.size())),
-            RD_KAFKA_V_HEADER("kstate.view", r.view.data(), static_cast<ssize_t>(r.view.size())),
-            RD_KAFKA_V_HEADER("kstate.topic", r.topic.data(), static_cast<ssize_t>(r.topic.size())),
-            RD_KAFKA_V_HEADER("kstate.partition", part.data(), static_cast<ssize_t>(part.size())),
-            RD_KAFKA_V_HEADER("kstate.offset", off.data(), static_cast<ssize_t>(off.size())),
-            RD_KAFKA_V_END);
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) { rd_kafka_poll(dlq_producer, 100); continue; }
-        if (err) { log()->error("dead-letter produce: {}", rd_kafka_err2str(err)); return false; }
-        break;
-      }
-      ++sent;
-    }
-    if (sent == 0) return true;
-    uint64_t failures_before = dlq_failures.load();
-    for (int attempt = 0; running || attempt == 0; ++attempt) {
-      if (rd_kafka_flush(dlq_producer, 10'000) == RD_KAFKA_RESP_ERR_NO_ERROR) break;
-      log()->warn("waiting for dead-letter deliveries");
-    }
-    if (dlq_failures.load() != failures_before) return false;
-    stats.dead_lettered += sent;
-    if (m_dead_lettered)
-      for (const auto& r : rejected)
-        if (!r.dead_letter_topic.empty())
-          m_dead_lettered->Add({{"store", r.view}, {"topic", r.topic}, {"partition", std::to_string(r.partition)}}).Increment();
-    return true;
-  }
-
-  // Writes the pending batch. False on a fatal error (the loop stops).
+  // Writes the pending batch. False when nothing can be written: the engine failed (the
+  // loop stops), or a stop gave up the batch while its dead letters were still unsettled.
   bool flush() {
+    if (failed || abandoned) return false;
     if (builder->pending_records() == 0) return true;
     auto started = std::chrono::steady_clock::now();
-    if (!deliver_dead_letters()) {
-      set_fatal("dead letters could not be delivered; stopping rather than losing them");
+    const auto& rejected = builder->rejections();
+    for (const auto& r : rejected)
+      log()->warn("invalid record {}-{}@{} in view {}: {}", r.topic, r.partition, r.offset, r.view, r.reason);
+    // A batch's position never passes a dead letter that is not settled (see
+    // dead_letters.h): delivered whole, as an envelope, or counted as failed.
+    if (dead_letters && dead_letters->deliver(rejected) == dead_letter_sender::outcome::interrupted) {
+      log()->warn("stopping before the dead letters of the last batch were acknowledged: its {} records are not "
+                  "written and are read again at the next start",
+                  builder->pending_records());
+      abandoned = true;
       return false;
     }
     if (agg) {
@@ -504,11 +484,9 @@ struct engine::impl {
         if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
         builder->add(r);
         if (agg && agg->handles(r.topic)) {
-          try {
-            agg->add(r);
-          } catch (const std::exception& e) {
+          if (auto s = agg->add(r); !s.ok()) {
             rd_kafka_message_destroy(m);
-            set_fatal(std::string("applying aggregate: ") + e.what());
+            set_fatal("applying aggregate: " + s.to_string());
             break;
           }
         }
@@ -521,7 +499,7 @@ struct engine::impl {
       }
       if (clock::now() - last_commit >= cfg.commit_interval) commit_positions(false);
       if (clock::now() - last_progress >= std::chrono::seconds(1)) publish_progress();
-      if (dlq_producer) rd_kafka_poll(dlq_producer, 0);
+      if (dead_letters) dead_letters->poll();
       if (agg) agg->poll();
     }
   }
@@ -559,8 +537,6 @@ engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, 
     impl_->m_apply_seconds = &prometheus::BuildHistogram().Name("kstate_ingest_apply_duration_seconds")
                                   .Help("Time to apply one batch (dead letters + RocksDB write)").Register(*metrics)
                                   .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1});
-    impl_->m_dead_lettered = &prometheus::BuildCounter().Name("kstate_ingest_records_dead_lettered_total")
-                                  .Help("Rejected records delivered to a dead-letter topic").Register(*metrics);
     impl_->m_rebalances = &prometheus::BuildCounter().Name("kstate_ingest_rebalances_total")
                                .Help("Assignment changes of this instance").Register(*metrics);
   }
@@ -570,7 +546,9 @@ engine::~engine() { stop(); }
 
 status engine::start() {
   auto& i = *impl_;
-  i.builder = std::make_unique<batch_builder>(i.db, i.views, i.cfg.max_json_depth);
+  auto builder = batch_builder::create(i.db, i.views, i.cfg.max_json_depth);
+  if (!builder.ok()) return builder.error();
+  i.builder = std::move(builder.value());
   std::set<std::string> dlq_topics;
   std::vector<const view_def*> aggregates;
   for (const auto& v : i.views) {
@@ -580,14 +558,16 @@ status engine::start() {
   }
   if (auto s = i.create_consumer(); !s.ok()) return s;
   if (!dlq_topics.empty())
-    if (auto s = i.create_dlq_producer(); !s.ok()) return s;
+    if (auto s = i.create_dead_letter_sender(); !s.ok()) return s;
   if (auto s = i.load_partition_counts(i.topics, i.consumer); !s.ok()) return s;
   if (!dlq_topics.empty()) {
-    if (auto s = i.load_partition_counts(dlq_topics, i.dlq_producer); !s.ok())
+    if (auto s = i.load_partition_counts(dlq_topics, i.dead_letters->handle()); !s.ok())
       return not_found_error("dead-letter " + s.message());
   }
   if (!aggregates.empty()) {
-    i.agg = std::make_unique<agg_pipeline>(i.cfg, std::move(aggregates), i.db, i.ownership, *i.builder, i.metrics);
+    auto agg = agg_pipeline::create(i.cfg, std::move(aggregates), i.db, i.ownership, *i.builder, i.metrics);
+    if (!agg.ok()) return agg.error();
+    i.agg = std::move(agg.value());
     if (auto s = i.agg->start(i.consumer, i.topics); !s.ok()) return s;
   }
   tpl_ptr subs(rd_kafka_topic_partition_list_new(static_cast<int>(i.topics.size())));
@@ -596,7 +576,7 @@ status engine::start() {
     return invalid_argument(std::string("subscribe: ") + rd_kafka_err2str(err));
   i.running = true;
   i.last_commit = std::chrono::steady_clock::now();
-  i.thread = std::thread([&i] { i.run(); });
+  i.thread = std::thread([&i] { i.run_guarded(); });
   log()->info("consuming {} topic(s) as group '{}'", i.topics.size(), i.cfg.application_id);
   return status::ok_status();
 }
@@ -607,11 +587,15 @@ void engine::stop() {
   i.running = false;
   if (i.thread.joinable()) i.thread.join();
   if (i.consumer) {
-    if (fatal_error().empty()) {
-      if (i.builder) (void)i.flush();  // result logged inside; nothing else to do at shutdown
-      i.commit_positions(true);
+    if (!i.failed) {
+      // On this (the caller's) thread now: guarded like the ingest thread.
+      auto why = guarded([&i] {
+        if (i.builder) (void)i.flush();  // a failure is logged inside; the written positions are committed
+        i.commit_positions(true);
+      });
+      if (why) i.set_fatal("stopping ingest: " + *why);
     }
-    // Leaves the group; the revoke callback runs here and finds nothing pending.
+    // Leaves the group; the revoke callback runs here and writes nothing more.
     auto err = rd_kafka_consumer_close(i.consumer);
     if (err) log()->warn("closing consumer: {}", rd_kafka_err2str(err));
   }

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <thread>
 
+#include "core/guard.h"
+
 namespace kstate::ingest {
 namespace {
 
@@ -296,6 +298,21 @@ struct membership_watcher::impl {
     registry.publish(std::move(s));
   }
 
+  // The thread's body: whatever escapes the loop (outside a refresh) is logged as
+  // critical and the loop starts over after refresh_interval, so routing never freezes
+  // on the last membership without a word.
+  void run_guarded() {
+    for (;;) {
+      auto why = guarded([this] { run(); });
+      if (!why) return;  // stopped
+      ++failures;
+      log()->critical("membership watcher: {}; routing keeps the last published membership, retrying in {} ms",
+                      *why, cfg.refresh_interval.count());
+      std::unique_lock lock(mu);
+      if (cv.wait_for(lock, cfg.refresh_interval, [&] { return stop_req; })) return;
+    }
+  }
+
   void run() {
     using clock = std::chrono::steady_clock;
     auto next_due = clock::now();                       // describe at once
@@ -315,7 +332,10 @@ struct membership_watcher::impl {
       }
       rd_kafka_poll(rk, 0);  // serves the handle's error callback
       last_start = clock::now();
-      auto result = refresh();
+      // A refresh that throws (a bug, std::bad_alloc) is a failed refresh: logged,
+      // counted, the previous membership kept, tried again at the usual interval.
+      auto result = outcome::failed;
+      if (auto why = guarded([&] { result = refresh(); })) note_failure("unexpected exception: " + *why);
       if (result == outcome::stopping) return;
       next_due = clock::now() + (result == outcome::unsettled ? std::min(cfg.unsettled_interval, cfg.refresh_interval)
                                                               : cfg.refresh_interval);
@@ -337,7 +357,7 @@ status membership_watcher::start() {
       i.cfg.request_timeout.count() <= 0)
     return invalid_argument("membership watcher: intervals and timeout must be positive");
   if (auto s = i.create_handle(); !s.ok()) return s;
-  i.thread = std::thread([&i] { i.run(); });
+  i.thread = std::thread([&i] { i.run_guarded(); });
   return status::ok_status();
 }
 

@@ -3,6 +3,9 @@
 #include "kafka_common.h"
 
 #include <librdkafka/rdkafka.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "core/guard.h"
 #include "ingest/batch_builder.h"
 
 namespace kstate::ingest {
@@ -48,17 +52,27 @@ struct standby_engine::impl {
   std::string self;
   int replicas;
   change_notifier* notifier;
+  prometheus::Counter* m_failures = nullptr;
 
   rd_kafka_t* consumer = nullptr;
   std::unique_ptr<batch_builder> builder;
   std::thread thread;
   std::atomic<bool> running{false};
+  standby_engine::write_hook before_write_for_testing;
 
+  // Guards the sets below, and is held around every RocksDB write of the copies: a
+  // write and a claim never interleave.
   mutable std::mutex mu;
   std::condition_variable released_cv;
-  std::set<tp> current;                  // assigned to the standby consumer (guarded by mu)
-  std::set<tp> release_requests;         // asked to be released (guarded by mu)
-  uint64_t release_generation = 0;       // incremented each time requests are handled
+  std::set<tp> current;           // assigned to the standby consumer
+  // Partitions the owner took over, from release() until give_back(). No batch that
+  // touches one is written, except, for a partition still in release_requests, the
+  // hand-over's own write of what the copy holds of it.
+  std::set<tp> claimed;
+  // Claimed partitions whose hand-over release() is waiting for: the copy writes what
+  // it holds of them, stops consuming them and removes them from here.
+  std::set<tp> release_requests;
+  bool alive = false;  // the thread keeps copies; false once it stopped or failed
 
   impl(ingest_config c, std::vector<view_def> v, storage::db& d, const ownership_registry& o,
        const membership_registry& m, std::string s, int r, change_notifier* n)
@@ -75,7 +89,7 @@ struct standby_engine::impl {
     return it != t->partitions.end() && it->second.assigned;
   }
 
-  // What this instance should keep as standby now.
+  // What this instance should keep as standby now, claimed partitions aside.
   std::set<tp> desired(const std::set<tp>& excluded) const {
     std::set<tp> out;
     auto snap = membership.current();
@@ -93,74 +107,88 @@ struct standby_engine::impl {
     return out;
   }
 
-  bool flush() {
-    if (builder->pending_records() == 0) return true;
+  // Writes the pending batch; holds mu. A batch that touches a partition the owner
+  // claimed (and is not handing over) is dropped instead: the owner may have written
+  // newer values of it already. `dropped` is then set, and the caller must read the
+  // kept partitions' positions again (reassign), since the consumer and the builder
+  // are past what is stored.
+  status write_pending(bool& dropped) {
+    dropped = false;
+    if (builder->pending_records() == 0) return status::ok_status();
+    for (const auto& [p, next] : builder->touched()) {
+      if (!claimed.count(p) || release_requests.count(p)) continue;
+      log()->info("standby: dropped a batch of {} records: {}-{} was taken over by this instance",
+                  builder->pending_records(), p.first, p.second);
+      builder->reset();
+      dropped = true;
+      return status::ok_status();
+    }
     // Rejections are the owner's to count and dead-letter; a standby only moves past them.
     if (!builder->batch().empty()) {
-      auto s = db.write(builder->batch());
-      if (!s.ok()) {
-        log()->error("standby: RocksDB write failed: {}", s.to_string());
-        return false;
-      }
+      if (auto s = db.write(builder->batch()); !s.ok()) return status(s.code(), "RocksDB write failed: " + s.message());
       if (notifier) notifier->notify();
     }
     builder->reset();
-    return true;
+    return status::ok_status();
   }
 
-  void reassign(const std::set<tp>& want) {
-    if (!flush()) return;
-    for (const auto& p : current)
-      if (!want.count(p)) builder->forget_partition(p.first, p.second);
-    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(static_cast<int>(want.size()));
+  // Writes what is pending, then assigns `want`, each partition from its stored
+  // position; holds mu.
+  status reassign(const std::set<tp>& want) {
+    bool dropped = false;
+    if (auto s = write_pending(dropped); !s.ok()) return s;
+    for (const auto& p : current) builder->forget_partition(p.first, p.second);
+    tpl_ptr list(rd_kafka_topic_partition_list_new(static_cast<int>(want.size())));
     for (const auto& [t, p] : want) {
-      std::optional<int64_t> resume;
       bool known = true;
       for (const auto& v : views) {
         if (v.topic != t) continue;
         auto stored = db.stored_position(*db.find_view(v.name), p);
-        if (stored.ok() && stored.value()) builder->set_view_position(t, p, v.name, *stored.value());
+        if (!stored.ok()) return stored.error();
+        if (stored.value()) builder->set_view_position(t, p, v.name, *stored.value());
         else known = false;
       }
-      resume = known ? builder->resume_offset(t, p) : std::nullopt;
-      rd_kafka_topic_partition_list_add(list, t.c_str(), p)->offset = resume ? *resume : RD_KAFKA_OFFSET_BEGINNING;
+      auto resume = known ? builder->resume_offset(t, p) : std::nullopt;
+      rd_kafka_topic_partition_list_add(list.get(), t.c_str(), p)->offset = resume ? *resume : RD_KAFKA_OFFSET_BEGINNING;
     }
-    auto err = rd_kafka_assign(consumer, list);
-    rd_kafka_topic_partition_list_destroy(list);
-    if (err) {
+    // A full assign: fetching starts over at these offsets, and messages fetched before
+    // are discarded.
+    if (auto err = rd_kafka_assign(consumer, list.get())) {
+      // Nothing of `want` is consumed; the next plan tries again.
       log()->warn("standby: assign: {}", rd_kafka_err2str(err));
-      return;
+      current.clear();
+      return status::ok_status();
     }
     if (want != current) log()->info("standby copies: {} partition(s)", want.size());
     current = want;
+    return status::ok_status();
   }
 
-  void run() {
+  // The thread's loop; returns an error that ends the copies.
+  status run() {
     auto last_plan = std::chrono::steady_clock::time_point{};
     auto first_pending = std::chrono::steady_clock::time_point{};
+    bool replan = false;  // a batch was dropped: positions must be read again
     while (running) {
-      // Releases first: the group consumer is waiting for them.
-      std::set<tp> releasing;
+      // Hand-overs first: the owner is waiting for them.
+      std::set<tp> releasing, excluded;
       {
         std::lock_guard lock(mu);
-        releasing.swap(release_requests);
+        releasing = release_requests;
+        excluded = claimed;
       }
       auto now = std::chrono::steady_clock::now();
-      if (!releasing.empty() || now - last_plan >= std::chrono::milliseconds(500)) {
-        auto want = desired(releasing);
-        std::set<tp> cur;
-        {
-          std::lock_guard lock(mu);
-          cur = current;
-        }
-        if (want != cur || !releasing.empty()) {
-          std::lock_guard lock(mu);
-          reassign(want);
-        }
+      if (!releasing.empty() || replan || now - last_plan >= std::chrono::milliseconds(500)) {
+        auto want = desired(excluded);
+        std::lock_guard lock(mu);
+        // Claims may have come since `want` was computed.
+        for (const auto& p : claimed) want.erase(p);
+        if (want != current || !releasing.empty() || replan)
+          if (auto s = reassign(want); !s.ok()) return s;
+        replan = false;
         last_plan = now;
         if (!releasing.empty()) {
-          std::lock_guard lock(mu);
-          ++release_generation;
+          for (const auto& p : releasing) release_requests.erase(p);
           released_cv.notify_all();
         }
       }
@@ -171,7 +199,7 @@ struct standby_engine::impl {
           bool keep;
           {
             std::lock_guard lock(mu);
-            keep = current.count(key) > 0;
+            keep = current.count(key) > 0 && !claimed.count(key);
           }
           if (keep) {
             if (builder->pending_records() == 0) first_pending = std::chrono::steady_clock::now();
@@ -189,48 +217,93 @@ struct standby_engine::impl {
       if (builder->pending_records() &&
           (!m || builder->pending_records() >= static_cast<size_t>(cfg.max_batch_records) ||
            std::chrono::steady_clock::now() - first_pending >= cfg.max_batch_delay)) {
+        if (before_write_for_testing) {
+          std::vector<tp> touched;
+          for (const auto& [p, next] : builder->touched()) touched.push_back(p);
+          before_write_for_testing(touched);
+        }
         std::lock_guard lock(mu);
-        flush();
+        bool dropped = false;
+        if (auto s = write_pending(dropped); !s.ok()) return s;
+        replan = replan || dropped;
       }
     }
     std::lock_guard lock(mu);
-    flush();
+    bool dropped = false;
+    return write_pending(dropped);
+  }
+
+  // The thread's body. A failed write or an exception (a throwing change_notifier
+  // subscriber, std::bad_alloc) ends the copies, never the process: the owner's
+  // partitions are unaffected, and allow_stale reads find the copies as they were.
+  void run_guarded() {
+    status failure;
+    if (auto why = guarded([&] { failure = run(); })) failure = internal_error("an exception: " + *why);
+    std::lock_guard lock(mu);
+    if (!failure.ok()) {
+      log()->critical("standby copies stopped: {}; this instance keeps no standby copy until it restarts",
+                      failure.message());
+      if (m_failures) m_failures->Increment();
+      builder->reset();
+      current.clear();
+      if (auto err = rd_kafka_assign(consumer, nullptr)) log()->warn("standby: unassign: {}", rd_kafka_err2str(err));
+    }
+    // release() stops waiting for a thread that is gone.
+    alive = false;
+    released_cv.notify_all();
   }
 };
 
 standby_engine::standby_engine(ingest_config cfg, std::vector<view_def> views, storage::db& db,
                                const ownership_registry& ownership, const membership_registry& membership,
-                               std::string self_endpoint, int replicas, change_notifier* notifier)
+                               std::string self_endpoint, int replicas, change_notifier* notifier,
+                               prometheus::Registry* metrics)
     : impl_(std::make_unique<impl>(std::move(cfg), std::move(views), db, ownership, membership,
-                                   std::move(self_endpoint), replicas, notifier)) {}
+                                   std::move(self_endpoint), replicas, notifier)) {
+  if (metrics)
+    impl_->m_failures = &prometheus::BuildCounter().Name("kstate_standby_failures_total")
+                             .Help("Times the standby copies stopped on an error (kept again after a restart)")
+                             .Register(*metrics)
+                             .Add({});
+}
 
 standby_engine::~standby_engine() { stop(); }
 
 status standby_engine::start() {
   auto& i = *impl_;
-  i.builder = std::make_unique<batch_builder>(i.db, i.views, i.cfg.max_json_depth);
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  auto builder = batch_builder::create(i.db, i.views, i.cfg.max_json_depth);
+  if (!builder.ok()) return builder.error();
+  i.builder = std::move(builder.value());
+  conf_ptr conf(rd_kafka_conf_new());
+  const std::pair<const char*, const char*> defaults[] = {{"queued.max.messages.kbytes", "8192"},
+                                                          {"fetch.max.bytes", "8388608"},
+                                                          {"receive.message.max.bytes", "9437184"},
+                                                          {"isolation.level", "read_committed"}};
+  for (const auto& [k, v] : defaults)
+    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
+  for (const auto& [k, v] : i.cfg.kafka)
+    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
+  const std::pair<const char*, std::string> fixed[] = {
+      {"bootstrap.servers", i.cfg.bootstrap_servers},
+      {"client.id", i.cfg.client_id + "-standby"},
+      {"enable.auto.commit", "false"},
+      {"enable.auto.offset.store", "false"},
+      // librdkafka wants a group id even for a consumer that only assigns; this one
+      // never joins it (no subscribe) and commits nothing to it.
+      {"group.id", i.cfg.application_id + ".standby"}};
+  for (const auto& [k, v] : fixed)
+    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
   char err[512];
-  auto set = [&](const std::string& k, const std::string& v) {
-    return rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) == RD_KAFKA_CONF_OK;
-  };
-  bool ok = set("queued.max.messages.kbytes", "8192") && set("fetch.max.bytes", "8388608") &&
-            set("receive.message.max.bytes", "9437184") && set("isolation.level", "read_committed");
-  for (const auto& [k, v] : i.cfg.kafka) ok = ok && set(k, v);
-  ok = ok && set("bootstrap.servers", i.cfg.bootstrap_servers) && set("client.id", i.cfg.client_id + "-standby") &&
-       set("enable.auto.commit", "false") && set("enable.auto.offset.store", "false") &&
-       // librdkafka wants a group id even for a consumer that only assigns; this one
-       // never joins it (no subscribe) and commits nothing to it.
-       set("group.id", i.cfg.application_id + ".standby");
-  if (!ok) {
-    rd_kafka_conf_destroy(conf);
-    return invalid_argument(std::string("standby consumer: ") + err);
-  }
-  i.consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+  i.consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof err);
   if (!i.consumer) return invalid_argument(std::string("standby consumer: ") + err);
+  (void)conf.release();  // owned by the consumer now
   rd_kafka_poll_set_consumer(i.consumer);
   i.running = true;
-  i.thread = std::thread([&i] { i.run(); });
+  {
+    std::lock_guard lock(i.mu);
+    i.alive = true;
+  }
+  i.thread = std::thread([&i] { i.run_guarded(); });
   log()->info("keeping {} standby copy(ies) of each partition", i.replicas);
   return status::ok_status();
 }
@@ -243,24 +316,48 @@ void standby_engine::stop() {
     auto e = rd_kafka_consumer_close(i.consumer);
     if (e) log()->debug("standby: close: {}", rd_kafka_err2str(e));
   }
-  std::lock_guard lock(i.mu);
-  ++i.release_generation;
-  i.released_cv.notify_all();
 }
 
 void standby_engine::release(const std::vector<std::pair<std::string, int32_t>>& parts) {
   auto& i = *impl_;
+  // Taking mu waits for a write of the copies in progress: it cannot be undone, so it
+  // must land before the owner reads the positions. From the claim on, none follows.
   std::unique_lock lock(i.mu);
-  bool any = false;
-  for (const auto& p : parts)
-    if (i.current.count(p)) {
+  std::vector<tp> handing_over;
+  for (const auto& p : parts) {
+    i.claimed.insert(p);
+    if (i.alive && i.current.count(p)) {
       i.release_requests.insert(p);
-      any = true;
+      handing_over.push_back(p);
     }
-  if (!any || !i.running) return;
-  auto gen = i.release_generation;
-  if (!i.released_cv.wait_for(lock, std::chrono::seconds(10), [&] { return i.release_generation != gen; }))
-    log()->warn("standby: release of {} partition(s) took over 10 s", parts.size());
+  }
+  if (handing_over.empty()) return;
+  auto handed_over = [&] {
+    if (!i.alive) return true;
+    for (const auto& p : handing_over)
+      if (i.release_requests.count(p)) return false;
+    return true;
+  };
+  if (!i.released_cv.wait_for(lock, i.cfg.standby_release_timeout, handed_over)) {
+    log()->warn("standby: the copies did not hand {} partition(s) over within {} ms; the owner resumes from the "
+                "stored positions and the copies' pending write of them is dropped",
+                handing_over.size(), i.cfg.standby_release_timeout.count());
+    // Too late: from here the copy's batch touching them is dropped, never written.
+    for (const auto& p : handing_over) i.release_requests.erase(p);
+  }
+}
+
+void standby_engine::give_back(const std::vector<std::pair<std::string, int32_t>>& parts) {
+  auto& i = *impl_;
+  std::lock_guard lock(i.mu);
+  for (const auto& p : parts) {
+    i.claimed.erase(p);
+    i.release_requests.erase(p);
+  }
+}
+
+void standby_engine::set_before_write_for_testing(write_hook hook) {
+  impl_->before_write_for_testing = std::move(hook);
 }
 
 std::optional<int64_t> standby_engine::high_watermark(const std::string& topic, int32_t partition) const {

@@ -1,6 +1,29 @@
 #include "query/freshness.h"
 
+#include <spdlog/spdlog.h>
+
+#include "core/guard.h"
+
 namespace kstate::query {
+namespace {
+
+// The "query" logger, created on first use; safe from any thread.
+std::shared_ptr<spdlog::logger> log() {
+  static auto l = [] {
+    if (auto existing = spdlog::get("query")) return existing;
+    auto created = spdlog::default_logger()->clone("query");
+    try {
+      spdlog::register_logger(created);
+    } catch (const spdlog::spdlog_ex&) {
+      // Registered by an embedding application first: use that one.
+      if (auto existing = spdlog::get("query")) return existing;
+    }
+    return created;
+  }();
+  return l;
+}
+
+}  // namespace
 
 freshness_waiter::freshness_waiter(const engine& queries, change_notifier& notifier, freshness_config cfg)
     : queries_(queries), cfg_(cfg) {
@@ -48,7 +71,7 @@ bool freshness_waiter::wait(std::string store, position bound, clock::time_point
       w.done(wait_outcome::shutting_down);
       return true;
     }
-    if (waiters_.size() + in_flight_ >= cfg_.max_waiters || held_ + bytes > cfg_.max_bytes) {
+    if (waiters_.size() + checking_ >= cfg_.max_waiters || held_ + bytes > cfg_.max_bytes) {
       ++refused_;
       return false;
     }
@@ -62,7 +85,7 @@ bool freshness_waiter::wait(std::string store, position bound, clock::time_point
 
 size_t freshness_waiter::pending() const {
   std::lock_guard lock(mu_);
-  return waiters_.size() + in_flight_;
+  return waiters_.size() + checking_;
 }
 
 uint64_t freshness_waiter::refused() const {
@@ -70,39 +93,74 @@ uint64_t freshness_waiter::refused() const {
   return refused_;
 }
 
-void freshness_waiter::run() {
-  std::unique_lock lock(mu_);
-  uint64_t seen = 0;
-  for (;;) {
-    auto next_deadline = clock::time_point::max();
-    for (const auto& w : waiters_) next_deadline = std::min(next_deadline, w.deadline);
-    cv_.wait_until(lock, next_deadline, [&] { return stopping_ || changes_ != seen || clock::now() >= next_deadline; });
-    seen = changes_;
-    // Check outside the lock: reads RocksDB.
-    std::list<waiter> batch;
-    batch.swap(waiters_);
-    in_flight_ = batch.size();
-    bool stopping = stopping_;
-    lock.unlock();
-    std::list<waiter> keep;
-    std::size_t released = 0;
-    auto now = clock::now();
-    for (auto& w : batch) {
-      std::optional<wait_outcome> answer = stopping ? std::optional(wait_outcome::shutting_down) : check(w);
-      if (!answer && now >= w.deadline) answer = wait_outcome::timed_out;
-      if (answer) {
-        released += w.bytes;
-        w.done(*answer);
-      } else {
-        keep.push_back(std::move(w));
-      }
-    }
-    lock.lock();
-    held_ -= released;
-    in_flight_ = 0;
-    waiters_.splice(waiters_.end(), keep);
-    if (stopping && waiters_.empty()) return;
+void freshness_waiter::answer(waiter& w, wait_outcome outcome) {
+  {
+    std::lock_guard lock(mu_);
+    held_ -= w.bytes;
   }
+  if (auto why = guarded([&] { w.done(outcome); }))
+    log()->error("answering a min_position wait on store {} failed: {}", w.store, *why);
+}
+
+void freshness_waiter::run() {
+  for (;;) {
+    bool stopped = false;
+    if (auto why = guarded([&] { stopped = pass(); })) {
+      log()->critical("freshness waiter: a pass failed: {}; pending min_position waits answered as not reached",
+                      *why);
+      fail_pending();
+      continue;
+    }
+    if (stopped) return;
+  }
+}
+
+bool freshness_waiter::pass() {
+  std::unique_lock lock(mu_);
+  auto next_deadline = clock::time_point::max();
+  for (const auto& w : waiters_) next_deadline = std::min(next_deadline, w.deadline);
+  cv_.wait_until(lock, next_deadline, [&] { return stopping_ || changes_ != seen_ || clock::now() >= next_deadline; });
+  seen_ = changes_;
+  // Check outside the lock: reads RocksDB.
+  in_flight_.swap(waiters_);
+  checking_ = in_flight_.size();
+  bool stopping = stopping_;
+  lock.unlock();
+  auto now = clock::now();
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    std::optional<wait_outcome> outcome;
+    if (stopping) {
+      outcome = wait_outcome::shutting_down;
+    } else if (auto why = guarded([&] { outcome = check(*it); })) {
+      log()->error("checking a min_position wait on store {} failed: {}; answered as not held here", it->store,
+                   *why);
+      outcome = wait_outcome::not_here;
+    }
+    if (!outcome && now >= it->deadline) outcome = wait_outcome::timed_out;
+    if (!outcome) {
+      ++it;
+      continue;
+    }
+    // Out of in_flight_ before the callback runs: answered once, whatever it does.
+    waiter w = std::move(*it);
+    it = in_flight_.erase(it);
+    answer(w, *outcome);
+  }
+  lock.lock();
+  checking_ = 0;
+  waiters_.splice(waiters_.end(), in_flight_);
+  return stopping && waiters_.empty();
+}
+
+void freshness_waiter::fail_pending() {
+  std::list<waiter> pending;
+  {
+    std::lock_guard lock(mu_);
+    pending.swap(in_flight_);
+    pending.splice(pending.end(), waiters_);
+    checking_ = 0;
+  }
+  for (auto& w : pending) answer(w, wait_outcome::timed_out);
 }
 
 }  // namespace kstate::query

@@ -197,6 +197,9 @@ status app::start() {
   i.cfg.ingest.before_assign = [standby_slot](const std::vector<std::pair<std::string, int32_t>>& parts) {
     if (*standby_slot) (*standby_slot)->release(parts);
   };
+  i.cfg.ingest.after_revoke = [standby_slot](const std::vector<std::pair<std::string, int32_t>>& parts) {
+    if (*standby_slot) (*standby_slot)->give_back(parts);
+  };
   // The secret the instances sign their requests to each other with: from a file, or
   // the group's own in Kafka. Without it this instance answers what it holds and
   // refuses the rest with 503, so an error here does not stop it.
@@ -232,7 +235,7 @@ status app::start() {
       if (!v.is_aggregate()) tables.push_back(v);
     i.standby = std::make_unique<ingest::standby_engine>(i.cfg.ingest, tables, *i.db, i.ownership, i.membership,
                                                          i.cfg.advertised_endpoint, i.cfg.standby_replicas,
-                                                         &i.notifier);
+                                                         &i.notifier, i.metrics.get());
     if (auto s = i.standby->start(); !s.ok()) return s;
   }
   spdlog::info("kstate serving {} store(s) on {}", i.cfg.views.size(), i.cfg.advertised_endpoint);

@@ -271,6 +271,18 @@ struct write_batch::impl {
     int64_t time;
   };
   std::vector<stream_time> stream_times;
+  // The first operation that could not be added; db::write refuses the batch with it.
+  status failed;
+
+  void note(const rocksdb::Status& s, const char* what) {
+    if (!s.ok() && failed.ok()) failed = from_rocks(s, what);
+  }
+  // The column family of `view`, or null (and the batch failed) for an unknown id.
+  rocksdb::ColumnFamilyHandle* family(view_id view, const char* what) {
+    if (view < owner->views.size()) return owner->views[view];
+    if (failed.ok()) failed = internal_error(std::string(what) + ": unknown view id " + std::to_string(view));
+    return nullptr;
+  }
 };
 
 write_batch::write_batch(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
@@ -305,28 +317,29 @@ void write_batch::put(view_id view, int32_t partition, std::string_view key, std
   rocksdb::Slice key_parts[2] = {rocksdb::Slice(prefix.bytes, 4), rocksdb::Slice(key.data(), key.size())};
   rocksdb::Slice value_parts[2] = {rocksdb::Slice(value_head.data(), value_head.size()),
                                    rocksdb::Slice(value_tail.data(), value_tail.size())};
-  auto s = impl_->batch.Put(impl_->owner->views.at(view), rocksdb::SliceParts(key_parts, 2),
-                            rocksdb::SliceParts(value_parts, 2));
-  if (!s.ok()) throw std::runtime_error("write_batch::put: " + s.ToString());
+  auto* cf = impl_->family(view, "write_batch::put");
+  if (!cf) return;
+  impl_->note(impl_->batch.Put(cf, rocksdb::SliceParts(key_parts, 2), rocksdb::SliceParts(value_parts, 2)),
+              "write_batch::put");
 }
 
 void write_batch::del(view_id view, int32_t partition, std::string_view key) {
   partition_prefix prefix(partition);
   rocksdb::Slice key_parts[2] = {rocksdb::Slice(prefix.bytes, 4), rocksdb::Slice(key.data(), key.size())};
-  auto s = impl_->batch.Delete(impl_->owner->views.at(view), rocksdb::SliceParts(key_parts, 2));
-  if (!s.ok()) throw std::runtime_error("write_batch::del: " + s.ToString());
+  auto* cf = impl_->family(view, "write_batch::del");
+  if (!cf) return;
+  impl_->note(impl_->batch.Delete(cf, rocksdb::SliceParts(key_parts, 2)), "write_batch::del");
 }
 
 void write_batch::set_position(view_id view, int32_t partition, int64_t next_offset) {
-  auto k = encode_position_key(impl_->owner->view_names.at(view), partition);
-  auto s = impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset));
-  if (!s.ok()) throw std::runtime_error("write_batch::set_position: " + s.ToString());
+  if (!impl_->family(view, "write_batch::set_position")) return;
+  auto k = encode_position_key(impl_->owner->view_names[view], partition);
+  impl_->note(impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset)), "write_batch::set_position");
 }
 
 void write_batch::set_named_position(std::string_view name, int32_t partition, int64_t next_offset) {
   auto k = encode_position_key(name, partition);
-  auto s = impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset));
-  if (!s.ok()) throw std::runtime_error("write_batch::set_named_position: " + s.ToString());
+  impl_->note(impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset)), "write_batch::set_named_position");
   if (auto it = impl_->owner->expiry_by_position.find(name); it != impl_->owner->expiry_by_position.end())
     impl_->stream_times.push_back({it->second, partition, next_offset});
 }
@@ -336,7 +349,9 @@ size_t write_batch::byte_size() const { return impl_->batch.GetDataSize(); }
 void write_batch::clear() {
   impl_->batch.Clear();
   impl_->stream_times.clear();
+  impl_->failed = status::ok_status();
 }
+const status& write_batch::error() const { return impl_->failed; }
 
 std::vector<write_batch::entry> write_batch::entries() const {
   struct decoder : rocksdb::WriteBatch::Handler {
@@ -520,6 +535,8 @@ status db::write(write_batch& batch) {
   // process crash (kill -9) cannot lose. Power loss may lose the newest batches, and
   // since positions travel in the same batch, ingest then re-reads exactly those.
   wo.sync = false;
+  // A batch missing an operation must not be applied: its positions would pass it.
+  if (!batch.impl_->failed.ok()) return batch.impl_->failed;
   auto s = from_rocks(impl_->rdb->Write(wo, &batch.impl_->batch), "write");
   // Expiry follows stream time only once it is stored: a window is deleted from disk
   // only when the stored state says it has expired.

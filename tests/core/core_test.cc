@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <tuple>
 
+#include "core/guard.h"
+#include "core/notifier.h"
 #include "core/window.h"
 
 using namespace kstate;
@@ -202,4 +205,25 @@ TEST_CASE("windowed keys sort by key bytes, then start, and round-trip") {
   }
   for (const char* bad : {"", "a", "a\0", "a\0\x01"}) CHECK_FALSE(decode_windowed_key(bad).has_value());
   CHECK_FALSE(decode_windowed_key(std::string("a\0\0\1", 4)).has_value());
+}
+
+TEST_CASE("guarded() returns what a body threw, described, and nothing when it returned") {
+  CHECK_FALSE(guarded([] {}));
+  CHECK(guarded([] { throw std::runtime_error("disk on fire"); }) == std::optional<std::string>("disk on fire"));
+  CHECK(guarded([] { throw 42; }) == std::optional<std::string>("an exception that is not a std::exception"));
+  int ran = 0;
+  CHECK_FALSE(guarded([&] { ++ran; }));
+  CHECK(ran == 1);
+}
+
+TEST_CASE("a change_notifier subscriber that throws does not keep the others from hearing; the first error is rethrown") {
+  change_notifier n;
+  int heard = 0;
+  n.subscribe([] { throw std::runtime_error("first"); });
+  n.subscribe([&] { ++heard; });
+  n.subscribe([] { throw std::logic_error("second"); });
+  n.subscribe([&] { ++heard; });
+  auto why = guarded([&] { n.notify(); });
+  CHECK(why == std::optional<std::string>("first"));
+  CHECK(heard == 2);
 }

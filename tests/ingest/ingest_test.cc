@@ -75,7 +75,9 @@ TEST_CASE("validate: JSON keys and values deeper than max_json_depth are invalid
 
 TEST_CASE("a record nested too deep is rejected by the batch like any invalid record, position passing it") {
   fixture f;
-  batch_builder b(*f.db, f.views, 16);
+  auto made = batch_builder::create(*f.db, f.views, 16);
+  REQUIRE(made.ok());
+  auto& b = *made.value();
   const std::string deep = std::string(17, '[') + std::string(17, ']');
   const std::string ok = std::string(16, '[') + std::string(16, ']');
   b.add(rec("users-topic", 1, 7, "a", ok));
@@ -95,7 +97,9 @@ TEST_CASE("a record nested too deep is rejected by the batch like any invalid re
 
 TEST_CASE("one batch carries every view's state changes and each partition's next offset") {
   fixture f;
-  batch_builder b(*f.db, f.views, default_max_json_depth);
+  auto made = batch_builder::create(*f.db, f.views);
+  REQUIRE(made.ok());
+  auto& b = *made.value();
   b.add(rec("users-topic", 2, 10, "alice", R"({"n":1})"));
   b.add(rec("users-topic", 2, 11, "bob", "not json"));
   b.add(rec("users-topic", 2, 12, "alice", std::nullopt));
@@ -149,7 +153,9 @@ TEST_CASE("one batch carries every view's state changes and each partition's nex
 
 TEST_CASE("a view that already reflects an offset does not apply it again") {
   fixture f;
-  batch_builder b(*f.db, f.views, default_max_json_depth);
+  auto made = batch_builder::create(*f.db, f.views);
+  REQUIRE(made.ok());
+  auto& b = *made.value();
   b.set_view_position("users-topic", 0, "users", 100);
   b.set_view_position("users-topic", 0, "raw", 50);
   CHECK(b.resume_offset("users-topic", 0) == 50);  // the slowest view decides

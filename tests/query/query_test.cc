@@ -1,15 +1,19 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <random>
+#include <stdexcept>
 #include <tuple>
 
 #include "core/value_codec.h"
 #include "core/window.h"
 #include "query/cursor.h"
 #include "query/engine.h"
+#include "query/freshness.h"
 #include "query/key_format.h"
 
 using namespace kstate;
@@ -279,4 +283,54 @@ TEST_CASE("windows of a key range: key bytes then start across partitions, overl
     CHECK(q.window_range({.range = {.store = "w"}, .to = 10}, 1).failure() == failure_reason::not_active);
   }
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+// Answers of min_position waits, as a request handler would collect them.
+struct answers {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<wait_outcome> got;
+  freshness_waiter::callback collect() {
+    return [this](wait_outcome outcome) {
+      std::lock_guard lock(mu);
+      got.push_back(outcome);
+      cv.notify_all();
+    };
+  }
+  // Waits until `n` answers came (generously), and returns them.
+  std::vector<wait_outcome> wait_for(size_t n) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(120), [&] { return got.size() >= n; });
+    return got;
+  }
+};
+}  // namespace
+
+TEST_CASE("freshness waiter: a callback that throws is logged; every other wait is answered, and waiting goes on") {
+  fixture f;
+  change_notifier notifier;
+  // Another subscriber of the writer's notifier, ahead of the waiter, that throws.
+  notifier.subscribe([] { throw std::runtime_error("subscriber failed on purpose"); });
+  freshness_waiter waiter(*f.q, notifier);
+  using clock = freshness_waiter::clock;
+  answers a;
+  int thrown = 0;  // touched by the waiter's thread only, read after its answers
+  // Partition 2 stands at 102: offset 102 is not applied yet.
+  CHECK(waiter.wait("s", {{2, 102}}, clock::now() + std::chrono::milliseconds(100), 0, [&](wait_outcome) {
+    ++thrown;
+    throw std::runtime_error("callback failed on purpose");
+  }));
+  CHECK(waiter.wait("s", {{2, 102}}, clock::now() + std::chrono::milliseconds(100), 0, a.collect()));
+  CHECK(a.wait_for(1) == std::vector{wait_outcome::timed_out});  // deadline passed, answered despite the other
+  CHECK(thrown == 1);
+
+  // The subscriber that throws does not keep the waiter from hearing of a write.
+  CHECK(waiter.wait("s", {{2, 102}}, clock::now() + std::chrono::seconds(120), 0, a.collect()));
+  auto b = f.db->new_batch();
+  b.set_position(0, 2, 103);
+  REQUIRE(f.db->write(b).ok());
+  CHECK_THROWS_AS(notifier.notify(), std::runtime_error);
+  CHECK(a.wait_for(2) == std::vector{wait_outcome::timed_out, wait_outcome::reached});
+  CHECK(waiter.pending() == 0);
 }

@@ -234,3 +234,32 @@ TEST_CASE("a windowed store that names no configured view is refused") {
   REQUIRE_FALSE(opened.ok());
   CHECK(opened.error().message().find("nope") != std::string::npos);
 }
+
+TEST_CASE("a batch missing an operation is refused whole, with the error, and never throws") {
+  temp_dir dir;
+  auto opened = db::open(db_options{.path = dir.path.string()}, {"users"});
+  REQUIRE(opened.ok());
+  auto& d = *opened.value();
+  auto users = *d.find_view("users");
+  const view_id unknown = users + 100;
+
+  auto b = d.new_batch();
+  b.put(users, 0, "alice", "v1");
+  b.set_position(users, 0, 5);
+  CHECK(b.error().ok());
+  b.put(unknown, 0, "bob", "v2");  // cannot be added: the batch remembers why
+  b.set_position(unknown, 0, 9);
+  CHECK_FALSE(b.error().ok());
+  auto s = d.write(b);
+  CHECK_FALSE(s.ok());
+  CHECK(s.message().find("unknown view") != std::string::npos);
+  // Nothing of it was applied: not alice, not the position that would pass bob.
+  CHECK_FALSE(d.get(users, 0, "alice").value().value);
+  CHECK_FALSE(d.stored_position(users, 0).value());
+
+  b.clear();
+  CHECK(b.error().ok());
+  b.put(users, 0, "alice", "v1");
+  REQUIRE(d.write(b).ok());
+  CHECK(d.get(users, 0, "alice").value().value == std::optional<std::string>("v1"));
+}

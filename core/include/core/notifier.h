@@ -3,8 +3,13 @@
 // a position (read-your-writes) subscribe. Callbacks run on the notifying thread and
 // must be quick (e.g. wake a condition variable).
 //
+// A callback that throws does not keep the others from hearing of the change: notify()
+// calls every one, then rethrows the first exception to the notifying thread, whose
+// guard reports it.
+//
 // Thread safety: all members may be called from any thread.
 
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -18,8 +23,18 @@ class change_notifier {
     subscribers_.push_back(std::move(cb));
   }
   void notify() const {
-    std::lock_guard lock(mu_);
-    for (const auto& cb : subscribers_) cb();
+    std::exception_ptr first;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& cb : subscribers_) {
+        try {
+          cb();
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      }
+    }
+    if (first) std::rethrow_exception(first);
   }
 
  private:

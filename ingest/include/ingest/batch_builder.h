@@ -7,12 +7,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "core/json_check.h"
+#include "core/status.h"
 #include "core/view.h"
 #include "storage/db.h"
 
@@ -48,9 +51,11 @@ std::string validate(const view_def& view, const record& r, int max_json_depth);
 
 class batch_builder {
  public:
-  // `views` must outlive the builder; every view must exist in `db`. Records are
-  // validated with `max_json_depth` (ingest_config::max_json_depth).
-  batch_builder(storage::db& db, const std::vector<view_def>& views, int max_json_depth);
+  // `views` must outlive the builder. Records are validated with `max_json_depth`
+  // (ingest_config::max_json_depth). An error names a view (other than an aggregate,
+  // which this builder does not apply) that has no column family in `db`.
+  static result<std::unique_ptr<batch_builder>> create(storage::db& db, const std::vector<view_def>& views,
+                                                       int max_json_depth = default_max_json_depth);
 
   // Sets where each view stands on a partition (loaded from storage on assignment);
   // records below it are already reflected and are skipped for that view.
@@ -87,6 +92,8 @@ class batch_builder {
   void reset();
 
  private:
+  batch_builder(storage::db& db, int max_json_depth);
+
   struct view_slot {
     const view_def* def;
     storage::view_id id;

@@ -71,16 +71,26 @@ struct ingest_config {
   // assignment changed (e.g. membership_watcher::refresh_soon). Must not block. May be
   // empty.
   std::function<void()> on_rebalance;
-  // Called with newly assigned partitions before their stored positions are read (the
-  // standby engine releases them here, so the owner resumes where the copy stopped).
+  // Called on the ingest thread with newly assigned partitions before their stored
+  // positions are read (the standby engine releases them here, so the owner resumes
+  // where the copy stopped, and no write of the copy can follow). May be empty.
   std::function<void(const std::vector<std::pair<std::string, int32_t>>&)> before_assign;
+  // Called on the ingest thread with revoked partitions once this engine writes nothing
+  // more of them (the standby engine may copy them again). May be empty.
+  std::function<void(const std::vector<std::pair<std::string, int32_t>>&)> after_revoke;
+  // The standby engine: how long release() waits for the copy to write what it holds
+  // of a partition taken over. Past it the owner goes on from the stored position, and
+  // the copy's pending write is dropped. Default 10 s.
+  std::chrono::milliseconds standby_release_timeout{10'000};
 };
 
 struct ingest_stats {
   std::atomic<uint64_t> consumed{0};       // records received from Kafka
   std::atomic<uint64_t> applied{0};        // record x view applications written
   std::atomic<uint64_t> invalid{0};        // records a view rejected
-  std::atomic<uint64_t> dead_lettered{0};  // rejections delivered to a dead-letter topic
+  std::atomic<uint64_t> dead_lettered{0};  // rejections delivered to a dead-letter topic (whole or as an envelope)
+  std::atomic<uint64_t> dead_letters_truncated{0};  // of those, delivered as an envelope
+  std::atomic<uint64_t> dead_letters_failed{0};     // rejections not delivered, not even as an envelope
   std::atomic<uint64_t> batches{0};        // RocksDB writes
   std::atomic<uint64_t> rebalances{0};     // assignment changes
   std::atomic<uint64_t> restored{0};       // changelog records applied to local stores

@@ -9,13 +9,24 @@
 //
 // How: a second librdkafka consumer with plain assign (no group), applying records with
 // the same rule as the owner: one RocksDB batch holds the state changes and the
-// partition's next offset. Before the group consumer takes a partition over, it calls
-// release(), which writes what the standby holds of it and stops consuming it, so the
-// owner resumes exactly where the standby stopped.
+// partition's next offset.
 //
-// Threading: start() spawns one thread owning the consumer; release() and partitions()
-// may be called from any thread.
+// Hand-over: before the group consumer takes a partition over, it calls release(),
+// which claims the partition and waits (at most ingest_config::standby_release_timeout)
+// for the copy to write what it holds of it and stop consuming it, so the owner resumes
+// where the copy stopped. The claim is a fence: every write of the copies
+// happens under the mutex release() claims under, and a batch touching a claimed
+// partition is dropped (the kept partitions then resume from their stored positions).
+// So once release() returned, in time or not, no write of the copy lands for those
+// partitions. give_back() lifts the claim when the owner gave the partitions up.
+//
+// Failure: a failed write or an exception on the standby thread stops the copies (a
+// critical log line, kstate_standby_failures_total), never the process.
+//
+// Threading: start() spawns one thread owning the consumer; release(), give_back() and
+// partitions() may be called from any thread.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +41,8 @@
 #include "ingest/engine.h"
 #include "storage/db.h"
 
+namespace prometheus { class Registry; }
+
 namespace kstate::ingest {
 
 // The endpoints keeping standby copies of (topic, partition): the `replicas` members
@@ -39,20 +52,35 @@ std::vector<std::string> standbys_for(const cluster_snapshot& group, const std::
 
 class standby_engine {
  public:
-  // References must outlive the engine.
+  // References must outlive the engine; `notifier` and `metrics` may be null.
   standby_engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, const ownership_registry& ownership,
                  const membership_registry& membership, std::string self_endpoint, int replicas,
-                 change_notifier* notifier);
+                 change_notifier* notifier, prometheus::Registry* metrics = nullptr);
   ~standby_engine();
   status start();
   void stop();
-  // Stops consuming `parts` after writing what was consumed of them. Returns when done
-  // (or after 10 s, logging why).
+  // The owner takes `parts` over (ingest_config::before_assign): claims them, and
+  // waits until the copy wrote what it consumed of them and stopped consuming them, or
+  // standby_release_timeout passed (logged; the copy's pending write of them is then
+  // dropped). Either way, when it returns no write of the copy for `parts` can land
+  // until give_back(). A write of the copy in progress is waited for: it cannot be
+  // undone.
   void release(const std::vector<std::pair<std::string, int32_t>>& parts);
+  // The owner writes nothing more of `parts` (ingest_config::after_revoke): the copy
+  // may keep them again, from their stored positions.
+  void give_back(const std::vector<std::pair<std::string, int32_t>>& parts);
   // The partitions currently kept as standby copies.
   std::vector<std::pair<std::string, int32_t>> partitions() const;
   // The high watermark of a standby partition as its consumer last fetched it.
   std::optional<int64_t> high_watermark(const std::string& topic, int32_t partition) const;
+
+  // Test only: called on the standby thread, holding no lock, with the partitions a
+  // batch of the copies touches, before the thread's loop writes that batch (not before
+  // a hand-over's own write), so a test can hold a write back past a hand-over. Set
+  // before start(); never set in production, where the empty function costs one test
+  // per batch.
+  using write_hook = std::function<void(const std::vector<std::pair<std::string, int32_t>>& partitions)>;
+  void set_before_write_for_testing(write_hook hook);
 
  private:
   struct impl;

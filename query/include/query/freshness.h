@@ -12,6 +12,12 @@
 // Thread safety: wait() may be called from any thread. Callbacks run on the waiter's
 // own thread, or (for a bound reached at once) inside wait(). The destructor answers
 // every pending waiter with shutting_down and joins the thread.
+//
+// Failures on the waiter's thread never end the process and never leave a waiter
+// unanswered: a check that throws answers its waiter not_here; a callback that throws
+// is logged and the others are still answered; anything else that escapes a pass
+// answers every pending waiter timed_out, is logged (critical, logger `query`) and the
+// thread goes on.
 
 #include <chrono>
 #include <condition_variable>
@@ -72,17 +78,29 @@ class freshness_waiter {
     callback done;
   };
   void run();
+  // One pass: waits for a change or a deadline, then answers what it can. True when
+  // stopped and nothing is pending. Waiter thread only.
+  bool pass();
   // nullopt: keep waiting; otherwise the answer.
   std::optional<wait_outcome> check(const waiter& w) const;
+  // Calls w.done(outcome) and releases its bytes; a callback that throws is logged,
+  // not propagated.
+  void answer(waiter& w, wait_outcome outcome);
+  // Answers every pending waiter timed_out (after a pass failed).
+  void fail_pending();
 
   const engine& queries_;
   const freshness_config cfg_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::list<waiter> waiters_;   // guarded by mu_
-  std::size_t held_ = 0;        // waiters' bytes (including those being checked), guarded by mu_
-  std::size_t in_flight_ = 0;   // waiters taken out for a check, guarded by mu_
-  uint64_t refused_ = 0;        // guarded by mu_
+  std::list<waiter> waiters_;  // guarded by mu_
+  // Waiters a pass took out of waiters_ to check without the lock (waiter thread only),
+  // so that a pass that fails half-way still answers them.
+  std::list<waiter> in_flight_;
+  std::size_t checking_ = 0;  // in_flight_.size() as pending() sees it, guarded by mu_
+  std::size_t held_ = 0;      // waiters' bytes (including those being checked), guarded by mu_
+  uint64_t refused_ = 0;      // guarded by mu_
+  uint64_t seen_ = 0;         // changes_ as of the last pass (waiter thread only)
   uint64_t changes_ = 0;
   bool stopping_ = false;
   std::thread thread_;

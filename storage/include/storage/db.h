@@ -96,6 +96,11 @@ class write_batch {
   // Names of views never contain '#', so these never collide with view positions.
   void set_named_position(std::string_view name, int32_t partition, int64_t next_offset);
 
+  // put, del and the position setters never throw: the first operation that cannot be
+  // added (RocksDB refused it, or an unknown view id) is kept here, and db::write()
+  // returns it without writing anything. clear() forgets it.
+  const status& error() const;
+
   size_t operation_count() const;
   size_t byte_size() const;
   bool empty() const { return operation_count() == 0; }
