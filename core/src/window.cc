@@ -167,17 +167,31 @@ result<int64_t> parse_timestamp_ms(std::string_view text) {
 }
 
 std::string format_timestamp_ms(int64_t ms) {
-  using namespace std::chrono;
+  // The date is computed here in int64 rather than with std::chrono::year_month_day,
+  // whose year is 16 bits: every int64 instant (event times come from records) gets its
+  // true date. Days since 1970-01-01 are shifted to days since 0000-03-01 and split
+  // into 400-year eras of 146097 days; March-based years put the leap day last.
   const int64_t day_count = floor_div(ms, k_day_ms);
-  int64_t rem = ms - day_count * k_day_ms;
-  const year_month_day ymd{sys_days{days{day_count}}};
+  int64_t rem = ms % k_day_ms;  // not ms - day_count * k_day_ms: that overflows near INT64_MIN
+  if (rem < 0) rem += k_day_ms;
+  const int64_t z = day_count + 719'468;
+  const int64_t era = floor_div(z, 146'097);
+  const int64_t doe = z - era * 146'097;                                      // [0, 146096]
+  const int64_t yoe = (doe - doe / 1'460 + doe / 36'524 - doe / 146'096) / 365;  // [0, 399]
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);               // [0, 365]
+  const int64_t mp = (5 * doy + 2) / 153;                                    // March = 0
+  const int64_t day = doy - (153 * mp + 2) / 5 + 1;
+  const int64_t month = mp < 10 ? mp + 3 : mp - 9;
+  const int64_t year = yoe + era * 400 + (month <= 2 ? 1 : 0);
   const int64_t h = rem / 3'600'000;
   rem %= 3'600'000;
   const int64_t mi = rem / 60'000;
   rem %= 60'000;
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", static_cast<int>(ymd.year()),
-                     static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()), h, mi,
-                     rem / 1000, rem % 1000);
+  // RFC 3339 has four-digit years only; outside 0000-9999 the year is written as ISO
+  // 8601's expanded form with a sign and six digits, as JavaScript's toISOString does.
+  const std::string y = year >= 0 && year <= 9999 ? fmt::format("{:04}", year)
+                                                  : fmt::format("{}{:06}", year < 0 ? '-' : '+', year < 0 ? -year : year);
+  return fmt::format("{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", y, month, day, h, mi, rem / 1000, rem % 1000);
 }
 
 std::string windowed_key_prefix(std::string_view key) {

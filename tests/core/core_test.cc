@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <tuple>
 
@@ -127,6 +128,21 @@ TEST_CASE("timestamps parse from epoch ms and ISO-8601 and format back") {
     const int64_t ms = static_cast<int64_t>(rng() % 8'000'000'000'000ULL) - 1'000'000'000'000LL;
     CHECK(parse_timestamp_ms(format_timestamp_ms(ms)).value() == ms);
   }
+}
+
+TEST_CASE("timestamps outside years 0000-9999 format to their true date, expanded") {
+  // Event times come from records, so any int64 reaches format_timestamp_ms (it wrapped
+  // years past 32767 and overflowed near INT64_MIN). Expected dates computed with
+  // Python's datetime, moved into its range by whole 400-year cycles of 146097 days;
+  // the expanded form is JavaScript's toISOString().
+  CHECK(format_timestamp_ms(253'402'300'799'999) == "9999-12-31T23:59:59.999Z");
+  CHECK(format_timestamp_ms(253'402'300'800'000) == "+010000-01-01T00:00:00.000Z");
+  CHECK(format_timestamp_ms(1'000'000'000'000'000) == "+033658-09-27T01:46:40.000Z");
+  CHECK(format_timestamp_ms(8'640'000'000'000'000) == "+275760-09-13T00:00:00.000Z");
+  CHECK(format_timestamp_ms(-62'167'219'200'000) == "0000-01-01T00:00:00.000Z");
+  CHECK(format_timestamp_ms(-62'167'219'200'001) == "-000001-12-31T23:59:59.999Z");
+  CHECK(format_timestamp_ms(std::numeric_limits<int64_t>::max()) == "+292278994-08-17T07:12:55.807Z");
+  CHECK(format_timestamp_ms(std::numeric_limits<int64_t>::min()) == "-292275055-05-16T16:47:04.192Z");
 }
 
 TEST_CASE("windowed keys sort by key bytes, then start, and round-trip") {
