@@ -3,6 +3,7 @@
 #include <charconv>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -31,6 +32,18 @@ bool field(std::string_view s, size_t pos, size_t len, int& out) {
   return true;
 }
 
+// The longest size, advance, grace or retention: 100 years. Sums of durations then
+// never overflow; a window start (any int64 an event time can be) plus a duration may,
+// and is compared with ends_by.
+constexpr int64_t k_max_duration_ms = 36'525 * k_day_ms;
+
+// start + span <= t, exactly, for span >= 0: a window whose end lies past the largest
+// int64 never closes, instead of wrapping around into the past.
+bool ends_by(int64_t start, int64_t span, int64_t t) noexcept {
+  int64_t end = 0;
+  return !__builtin_add_overflow(start, span, &end) && end <= t;
+}
+
 // Floor division: window starts are aligned for negative numbers too.
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -52,6 +65,10 @@ bool parse_window_type(std::string_view s, window_type& out) noexcept {
 
 status normalize(window_spec& spec) {
   if (spec.size_ms <= 0) return invalid_argument("size: must be a positive duration");
+  for (auto [field, ms] : {std::pair{"size", spec.size_ms}, std::pair{"advance", spec.advance_ms},
+                           std::pair{"grace", spec.grace_ms}, std::pair{"retention", spec.retention_ms}})
+    if (ms > k_max_duration_ms)
+      return invalid_argument(fmt::format("{}: must be at most 100 years ({} ms)", field, k_max_duration_ms));
   if (spec.type == window_type::tumbling) {
     if (spec.advance_ms != 0 && spec.advance_ms != spec.size_ms)
       return invalid_argument("advance: tumbling windows advance by their size; use type hopping");
@@ -74,25 +91,33 @@ std::vector<int64_t> window_starts(const window_spec& spec, int64_t ts) {
   if (ts < 0 || spec.advance_ms <= 0) return starts;
   // The last window containing ts starts at the aligned start at or before ts; earlier
   // ones follow every `advance` while they still reach past ts.
+  // Written so that nothing passes the int64 range for any ts >= 0: stepping past
+  // `last` near the largest int64 used to wrap around and loop without end.
   const int64_t last = floor_div(ts, spec.advance_ms) * spec.advance_ms;
   int64_t first = last;
-  while (first - spec.advance_ms >= 0 && first - spec.advance_ms + spec.size_ms > ts)
-    first -= spec.advance_ms;
-  for (int64_t s = first; s <= last; s += spec.advance_ms) starts.push_back(s);
+  while (first >= spec.advance_ms && first - spec.advance_ms > ts - spec.size_ms) first -= spec.advance_ms;
+  for (int64_t s = first;; s += spec.advance_ms) {
+    starts.push_back(s);
+    if (s == last) break;
+  }
   return starts;
 }
 
 bool window_closed(const window_spec& spec, int64_t start, int64_t stream_time) noexcept {
-  return start + spec.size_ms + spec.grace_ms <= stream_time;
+  return ends_by(start, spec.size_ms + spec.grace_ms, stream_time);
 }
 
 bool window_expired(const window_spec& spec, int64_t start, int64_t stream_time) noexcept {
-  return start + spec.size_ms + spec.retention_ms <= stream_time;
+  return ends_by(start, spec.size_ms + spec.retention_ms, stream_time);
 }
 
 int64_t first_live_start(const window_spec& spec, int64_t stream_time) noexcept {
-  // window_expired(s) <=> s <= stream_time - size - retention.
-  return stream_time - spec.size_ms - spec.retention_ms + 1;
+  // window_expired(s) <=> s <= stream_time - size - retention; when that is below the
+  // int64 range, every start is live.
+  int64_t last_expired = 0;
+  if (__builtin_sub_overflow(stream_time, spec.size_ms + spec.retention_ms, &last_expired))
+    return std::numeric_limits<int64_t>::min();
+  return last_expired + 1;
 }
 
 result<int64_t> parse_duration_ms(std::string_view text) {

@@ -69,6 +69,32 @@ TEST_CASE("windows close after end plus grace and expire after end plus retentio
   }
 }
 
+TEST_CASE("window arithmetic holds up to the largest event time") {
+  // A record may carry any non-negative int64 as its event time. Stepping past the last
+  // start used to overflow and loop without end (memory growing until the process died,
+  // at every restart); ends past the int64 range wrapped into the past and closed.
+  constexpr int64_t max = std::numeric_limits<int64_t>::max();
+  const auto tumbling = spec(window_type::tumbling, 60'000, 0, 30'000, 3'600'000);
+  CHECK(window_starts(tumbling, max - 10) == std::vector<int64_t>{9'223'372'036'854'720'000});
+  CHECK(window_starts(tumbling, max) == std::vector<int64_t>{9'223'372'036'854'720'000});
+  // Six 1-minute windows advancing by 10 s contain the largest time; the last starts at
+  // the multiple of 10 s at or below it.
+  const auto hopping = spec(window_type::hopping, 60'000, 10'000);
+  const std::vector<int64_t> expected{9'223'372'036'854'720'000, 9'223'372'036'854'730'000,
+                                      9'223'372'036'854'740'000, 9'223'372'036'854'750'000,
+                                      9'223'372'036'854'760'000, 9'223'372'036'854'770'000};
+  CHECK(window_starts(hopping, max) == expected);
+
+  // A window whose end + grace lies past the int64 range never closes.
+  const int64_t late = 9'223'372'036'854'720'000;
+  CHECK_FALSE(window_closed(tumbling, late, 0));
+  CHECK_FALSE(window_closed(tumbling, late, max));
+  CHECK_FALSE(window_expired(tumbling, late, max));
+  CHECK_FALSE(window_closed(tumbling, max - 90'000, max - 1));
+  CHECK(window_closed(tumbling, max - 90'000, max));
+  CHECK(first_live_start(tumbling, std::numeric_limits<int64_t>::min() + 5) == std::numeric_limits<int64_t>::min());
+}
+
 TEST_CASE("window specs are validated with the offending field named") {
   struct row { window_type type; int64_t size, advance, grace, retention; const char* field; };
   const row rows[] = {
@@ -78,6 +104,11 @@ TEST_CASE("window specs are validated with the offending field named") {
       {window_type::hopping, 60'000, 70'000, 0, 0, "advance"},
       {window_type::tumbling, 60'000, 0, -1, 0, "grace"},
       {window_type::tumbling, 60'000, 0, 30'000, 80'000, "retention"},
+      // At most 100 years each, so that size + grace + retention cannot overflow.
+      {window_type::tumbling, std::numeric_limits<int64_t>::max(), 0, 1, 0, "size"},
+      {window_type::hopping, 60'000, std::numeric_limits<int64_t>::max(), 0, 0, "advance"},
+      {window_type::tumbling, 60'000, 0, std::numeric_limits<int64_t>::max(), 0, "grace"},
+      {window_type::tumbling, 60'000, 0, 0, 3'155'760'000'001, "retention"},
   };
   for (const auto& r : rows) {
     window_spec s;
