@@ -3,9 +3,18 @@
 # shellcheck shell=bash
 
 KSTATE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Sanitizers: $KSTATE_SANITIZE (e.g. address,undefined) builds every target, tests
+# included, with -fsanitize=$KSTATE_SANITIZE (CMake option KSTATE_SANITIZE). Unset, a
+# build directory keeps whatever it was configured with.
+KSTATE_SANITIZE=${KSTATE_SANITIZE-}
 # Build directory: $KSTATE_BUILD_DIR (relative paths are taken from the repository
-# root) or build/.
-KSTATE_BUILD=${KSTATE_BUILD_DIR:-build}
+# root), else build-asan/ with sanitizers (their objects never mix with plain ones),
+# else build/.
+if [ -n "$KSTATE_SANITIZE" ]; then
+  KSTATE_BUILD=${KSTATE_BUILD_DIR:-build-asan}
+else
+  KSTATE_BUILD=${KSTATE_BUILD_DIR:-build}
+fi
 case "$KSTATE_BUILD" in /*) ;; *) KSTATE_BUILD=$KSTATE_ROOT/$KSTATE_BUILD ;; esac
 
 # phase TITLE: a visible header before each step.
@@ -20,9 +29,17 @@ kstate_setup() {
 # kstate_build [TARGET...]: configures (once) and builds; no target builds everything,
 # tests included.
 kstate_build() {
-  phase "build: $KSTATE_BUILD (RelWithDebInfo)${*:+, targets: $*}"
+  phase "build: $KSTATE_BUILD (RelWithDebInfo${KSTATE_SANITIZE:+, -fsanitize=$KSTATE_SANITIZE})${*:+, targets: $*}"
+  local configured=""
+  if [ -f "$KSTATE_BUILD/CMakeCache.txt" ]; then
+    configured=$(sed -n 's/^KSTATE_SANITIZE:STRING=//p' "$KSTATE_BUILD/CMakeCache.txt")
+  fi
   if [ ! -f "$KSTATE_BUILD/build.ninja" ]; then
-    cmake -S "$KSTATE_ROOT" -B "$KSTATE_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    cmake -S "$KSTATE_ROOT" -B "$KSTATE_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DKSTATE_SANITIZE="$KSTATE_SANITIZE"
+  elif [ -n "$KSTATE_SANITIZE" ] && [ "$KSTATE_SANITIZE" != "$configured" ]; then
+    # Changing the list changes every compile command: ninja rebuilds everything.
+    cmake -S "$KSTATE_ROOT" -B "$KSTATE_BUILD" -DKSTATE_SANITIZE="$KSTATE_SANITIZE"
   fi
   # -j2: a C++20 translation unit with Beast or RocksDB headers needs about 1-2 GB.
   ninja -C "$KSTATE_BUILD" -j2 "$@"

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -31,6 +32,18 @@ bool field(std::string_view s, size_t pos, size_t len, int& out) {
   return true;
 }
 
+// The longest size, advance, grace or retention: 100 years. Sums of durations then
+// never overflow; a window start (any int64 an event time can be) plus a duration may,
+// and is compared with ends_by.
+constexpr int64_t k_max_duration_ms = 36'525 * k_day_ms;
+
+// start + span <= t, exactly, for span >= 0: a window whose end lies past the largest
+// int64 never closes, instead of wrapping around into the past.
+bool ends_by(int64_t start, int64_t span, int64_t t) noexcept {
+  int64_t end = 0;
+  return !__builtin_add_overflow(start, span, &end) && end <= t;
+}
+
 // Floor division: window starts are aligned for negative numbers too.
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -52,6 +65,10 @@ bool parse_window_type(std::string_view s, window_type& out) noexcept {
 
 status normalize(window_spec& spec) {
   if (spec.size_ms <= 0) return invalid_argument("size: must be a positive duration");
+  for (auto [field, ms] : {std::pair{"size", spec.size_ms}, std::pair{"advance", spec.advance_ms},
+                           std::pair{"grace", spec.grace_ms}, std::pair{"retention", spec.retention_ms}})
+    if (ms > k_max_duration_ms)
+      return invalid_argument(fmt::format("{}: must be at most 100 years ({} ms)", field, k_max_duration_ms));
   if (spec.type == window_type::tumbling) {
     if (spec.advance_ms != 0 && spec.advance_ms != spec.size_ms)
       return invalid_argument("advance: tumbling windows advance by their size; use type hopping");
@@ -75,25 +92,33 @@ std::vector<int64_t> window_starts(const window_spec& spec, int64_t ts) {
   if (ts < 0 || spec.advance_ms <= 0) return starts;
   // The last window containing ts starts at the aligned start at or before ts; earlier
   // ones follow every `advance` while they still reach past ts.
+  // Written so that nothing passes the int64 range for any ts >= 0: stepping past
+  // `last` near the largest int64 used to wrap around and loop without end.
   const int64_t last = floor_div(ts, spec.advance_ms) * spec.advance_ms;
   int64_t first = last;
-  while (first - spec.advance_ms >= 0 && first - spec.advance_ms + spec.size_ms > ts)
-    first -= spec.advance_ms;
-  for (int64_t s = first; s <= last; s += spec.advance_ms) starts.push_back(s);
+  while (first >= spec.advance_ms && first - spec.advance_ms > ts - spec.size_ms) first -= spec.advance_ms;
+  for (int64_t s = first;; s += spec.advance_ms) {
+    starts.push_back(s);
+    if (s == last) break;
+  }
   return starts;
 }
 
 bool window_closed(const window_spec& spec, int64_t start, int64_t stream_time) noexcept {
-  return start + spec.size_ms + spec.grace_ms <= stream_time;
+  return ends_by(start, spec.size_ms + spec.grace_ms, stream_time);
 }
 
 bool window_expired(const window_spec& spec, int64_t start, int64_t stream_time) noexcept {
-  return start + spec.size_ms + spec.retention_ms <= stream_time;
+  return ends_by(start, spec.size_ms + spec.retention_ms, stream_time);
 }
 
 int64_t first_live_start(const window_spec& spec, int64_t stream_time) noexcept {
-  // window_expired(s) <=> s <= stream_time - size - retention.
-  return stream_time - spec.size_ms - spec.retention_ms + 1;
+  // window_expired(s) <=> s <= stream_time - size - retention; when that is below the
+  // int64 range, every start is live.
+  int64_t last_expired = 0;
+  if (__builtin_sub_overflow(stream_time, spec.size_ms + spec.retention_ms, &last_expired))
+    return std::numeric_limits<int64_t>::min();
+  return last_expired + 1;
 }
 
 bool beyond_max_future(const window_spec& spec, int64_t ts, int64_t now_ms) noexcept {
@@ -174,17 +199,31 @@ result<int64_t> parse_timestamp_ms(std::string_view text) {
 }
 
 std::string format_timestamp_ms(int64_t ms) {
-  using namespace std::chrono;
+  // The date is computed here in int64 rather than with std::chrono::year_month_day,
+  // whose year is 16 bits: every int64 instant (event times come from records) gets its
+  // true date. Days since 1970-01-01 are shifted to days since 0000-03-01 and split
+  // into 400-year eras of 146097 days; March-based years put the leap day last.
   const int64_t day_count = floor_div(ms, k_day_ms);
-  int64_t rem = ms - day_count * k_day_ms;
-  const year_month_day ymd{sys_days{days{day_count}}};
+  int64_t rem = ms % k_day_ms;  // not ms - day_count * k_day_ms: that overflows near INT64_MIN
+  if (rem < 0) rem += k_day_ms;
+  const int64_t z = day_count + 719'468;
+  const int64_t era = floor_div(z, 146'097);
+  const int64_t doe = z - era * 146'097;                                      // [0, 146096]
+  const int64_t yoe = (doe - doe / 1'460 + doe / 36'524 - doe / 146'096) / 365;  // [0, 399]
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);               // [0, 365]
+  const int64_t mp = (5 * doy + 2) / 153;                                    // March = 0
+  const int64_t day = doy - (153 * mp + 2) / 5 + 1;
+  const int64_t month = mp < 10 ? mp + 3 : mp - 9;
+  const int64_t year = yoe + era * 400 + (month <= 2 ? 1 : 0);
   const int64_t h = rem / 3'600'000;
   rem %= 3'600'000;
   const int64_t mi = rem / 60'000;
   rem %= 60'000;
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", static_cast<int>(ymd.year()),
-                     static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()), h, mi,
-                     rem / 1000, rem % 1000);
+  // RFC 3339 has four-digit years only; outside 0000-9999 the year is written as ISO
+  // 8601's expanded form with a sign and six digits, as JavaScript's toISOString does.
+  const std::string y = year >= 0 && year <= 9999 ? fmt::format("{:04}", year)
+                                                  : fmt::format("{}{:06}", year < 0 ? '-' : '+', year < 0 ? -year : year);
+  return fmt::format("{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", y, month, day, h, mi, rem / 1000, rem % 1000);
 }
 
 std::string windowed_key_prefix(std::string_view key) {

@@ -7,6 +7,16 @@
 #include "core/value_codec.h"
 
 namespace kstate::query {
+namespace {
+
+// A window's end, start + size, or the largest int64 when that is past it (a start
+// near the end of the range, from an event time a record carried).
+int64_t window_end(int64_t start, int64_t size) noexcept {
+  int64_t end = 0;
+  return __builtin_add_overflow(start, size, &end) ? std::numeric_limits<int64_t>::max() : end;
+}
+
+}  // namespace
 
 const char* to_string(failure_reason r) noexcept {
   switch (r) {
@@ -101,7 +111,9 @@ query_result<window_answer> engine::windows(const window_query& q) const {
   if (!st.ok()) return R::fail(failure_reason::store_exception, st.error().to_string());
   a.stream_time = st.value().value_or(-1);
   // Windows overlapping [from, to) start in (from - size, to); expired ones are skipped.
-  int64_t lowest = q.from - w.size_ms + 1;
+  // `from` comes from the client and may be near INT64_MIN: then every start is in.
+  int64_t lowest = std::numeric_limits<int64_t>::min();
+  if (q.from > lowest + w.size_ms) lowest = q.from - w.size_ms + 1;
   if (a.stream_time >= 0) lowest = std::max(lowest, first_live_start(w, a.stream_time));
   auto snap = db_.read_snapshot();
   auto pos = snap->position(vid, partition);
@@ -114,7 +126,7 @@ query_result<window_answer> engine::windows(const window_query& q) const {
     auto wk = decode_windowed_key(it->key());
     auto f = unframe_value(it->value());
     if (!wk || !f) return R::fail(failure_reason::store_exception, "stored window is malformed");
-    a.windows.push_back(window_entry{wk->start, wk->start + w.size_ms, std::string(f->value), f->offset});
+    a.windows.push_back(window_entry{wk->start, window_end(wk->start, w.size_ms), std::string(f->value), f->offset});
   }
   if (auto e = it->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
   return R::success(std::move(a));
@@ -368,7 +380,7 @@ query_result<window_range_answer> engine::window_range(const window_range_query&
       if (!wk) return R::fail(failure_reason::store_exception, "stored window key is malformed");
       auto live = live_from(e.partition);
       if (!live.ok()) return R::fail(failure_reason::store_exception, live.error().to_string());
-      int64_t end = wk->start + w.size_ms;
+      const int64_t end = window_end(wk->start, w.size_ms);
       if (wk->start >= q.to || end <= q.from || wk->start < *live) continue;
       a.entries.push_back(window_range_entry{std::move(e.key), std::move(wk->key),
                                              window_entry{wk->start, end, std::move(e.value), e.offset},

@@ -108,6 +108,12 @@ void parse_cors(const YAML::Node& n, cors_config& cors) {
       auto key = "http.cors.allowed_origins[" + std::to_string(i) + "]";
       auto v = get_string(o[i], key);
       if (v == "*") fail(key, "'*' is not allowed: list each origin (tokens are credentials)");
+      // "https://" + a DNS name (at most 253) + ":65535". Checked first: std::regex
+      // matches recursively, one stack frame per character, and a long enough value
+      // overflowed the stack instead of getting this message.
+      constexpr size_t max_origin = 8 + 253 + 6;
+      if (v.size() > max_origin)
+        fail(key, "must be an origin: scheme://host[:port], at most " + std::to_string(max_origin) + " characters");
       if (!std::regex_match(v, origin))
         fail(key, "must be an origin: scheme://host[:port] without a path (got '" + v + "')");
       cors.allowed_origins.push_back(v);

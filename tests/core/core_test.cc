@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <tuple>
@@ -72,6 +73,32 @@ TEST_CASE("windows close after end plus grace and expire after end plus retentio
   }
 }
 
+TEST_CASE("window arithmetic holds up to the largest event time") {
+  // A record may carry any non-negative int64 as its event time. Stepping past the last
+  // start used to overflow and loop without end (memory growing until the process died,
+  // at every restart); ends past the int64 range wrapped into the past and closed.
+  constexpr int64_t max = std::numeric_limits<int64_t>::max();
+  const auto tumbling = spec(window_type::tumbling, 60'000, 0, 30'000, 3'600'000);
+  CHECK(window_starts(tumbling, max - 10) == std::vector<int64_t>{9'223'372'036'854'720'000});
+  CHECK(window_starts(tumbling, max) == std::vector<int64_t>{9'223'372'036'854'720'000});
+  // Six 1-minute windows advancing by 10 s contain the largest time; the last starts at
+  // the multiple of 10 s at or below it.
+  const auto hopping = spec(window_type::hopping, 60'000, 10'000);
+  const std::vector<int64_t> expected{9'223'372'036'854'720'000, 9'223'372'036'854'730'000,
+                                      9'223'372'036'854'740'000, 9'223'372'036'854'750'000,
+                                      9'223'372'036'854'760'000, 9'223'372'036'854'770'000};
+  CHECK(window_starts(hopping, max) == expected);
+
+  // A window whose end + grace lies past the int64 range never closes.
+  const int64_t late = 9'223'372'036'854'720'000;
+  CHECK_FALSE(window_closed(tumbling, late, 0));
+  CHECK_FALSE(window_closed(tumbling, late, max));
+  CHECK_FALSE(window_expired(tumbling, late, max));
+  CHECK_FALSE(window_closed(tumbling, max - 90'000, max - 1));
+  CHECK(window_closed(tumbling, max - 90'000, max));
+  CHECK(first_live_start(tumbling, std::numeric_limits<int64_t>::min() + 5) == std::numeric_limits<int64_t>::min());
+}
+
 TEST_CASE("window specs are validated with the offending field named") {
   struct row { window_type type; int64_t size, advance, grace, retention; const char* field; };
   const row rows[] = {
@@ -81,6 +108,11 @@ TEST_CASE("window specs are validated with the offending field named") {
       {window_type::hopping, 60'000, 70'000, 0, 0, "advance"},
       {window_type::tumbling, 60'000, 0, -1, 0, "grace"},
       {window_type::tumbling, 60'000, 0, 30'000, 80'000, "retention"},
+      // At most 100 years each, so that size + grace + retention cannot overflow.
+      {window_type::tumbling, std::numeric_limits<int64_t>::max(), 0, 1, 0, "size"},
+      {window_type::hopping, 60'000, std::numeric_limits<int64_t>::max(), 0, 0, "advance"},
+      {window_type::tumbling, 60'000, 0, std::numeric_limits<int64_t>::max(), 0, "grace"},
+      {window_type::tumbling, 60'000, 0, 0, 3'155'760'000'001, "retention"},
   };
   for (const auto& r : rows) {
     window_spec s;
@@ -155,6 +187,21 @@ TEST_CASE("timestamps parse from epoch ms and ISO-8601 and format back") {
     const int64_t ms = static_cast<int64_t>(rng() % 8'000'000'000'000ULL) - 1'000'000'000'000LL;
     CHECK(parse_timestamp_ms(format_timestamp_ms(ms)).value() == ms);
   }
+}
+
+TEST_CASE("timestamps outside years 0000-9999 format to their true date, expanded") {
+  // Event times come from records, so any int64 reaches format_timestamp_ms (it wrapped
+  // years past 32767 and overflowed near INT64_MIN). Expected dates computed with
+  // Python's datetime, moved into its range by whole 400-year cycles of 146097 days;
+  // the expanded form is JavaScript's toISOString().
+  CHECK(format_timestamp_ms(253'402'300'799'999) == "9999-12-31T23:59:59.999Z");
+  CHECK(format_timestamp_ms(253'402'300'800'000) == "+010000-01-01T00:00:00.000Z");
+  CHECK(format_timestamp_ms(1'000'000'000'000'000) == "+033658-09-27T01:46:40.000Z");
+  CHECK(format_timestamp_ms(8'640'000'000'000'000) == "+275760-09-13T00:00:00.000Z");
+  CHECK(format_timestamp_ms(-62'167'219'200'000) == "0000-01-01T00:00:00.000Z");
+  CHECK(format_timestamp_ms(-62'167'219'200'001) == "-000001-12-31T23:59:59.999Z");
+  CHECK(format_timestamp_ms(std::numeric_limits<int64_t>::max()) == "+292278994-08-17T07:12:55.807Z");
+  CHECK(format_timestamp_ms(std::numeric_limits<int64_t>::min()) == "-292275055-05-16T16:47:04.192Z");
 }
 
 TEST_CASE("windowed keys sort by key bytes, then start, and round-trip") {

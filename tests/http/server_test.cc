@@ -131,6 +131,17 @@ TEST_CASE("parse_target: empty segments are kept for the router") {
   CHECK(req.query.empty());
 }
 
+TEST_CASE("parse_target: dot segments are kept as sent, the first one too") {
+  // Boost.URL's segments() drops a leading "." segment; the router must see it, or
+  // "/./v1/stores" would answer like "/v1/stores" while "/v1/./stores" does not.
+  CHECK(parsed("/./v1/stores").segments == std::vector<std::string>{".", "v1", "stores"});
+  CHECK(parsed("/./").segments == std::vector<std::string>{".", ""});
+  CHECK(parsed("/.//a").segments == std::vector<std::string>{".", "", "a"});
+  CHECK(parsed("/v1/./stores").segments == std::vector<std::string>{"v1", ".", "stores"});
+  CHECK(parsed("/../a").segments == std::vector<std::string>{"..", "a"});
+  CHECK(parsed("/%2e/a%2Fb?x=1").segments == std::vector<std::string>{".", "a/b"});
+}
+
 TEST_CASE("request: header() is case-insensitive, param() returns the first value") {
   request req;
   req.headers = {{"content-type", "text/plain"}, {"x-a", "1"}, {"x-a", "2"}};

@@ -6,6 +6,7 @@
 #include <limits>
 #include <mutex>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -270,6 +271,24 @@ TEST_CASE("windows of a key range: key bytes then start across partitions, overl
       nonempty += !want.empty();
     }
     CHECK(nonempty > 50);
+
+    // Each key's windows, from the earliest time a client can name: every live window
+    // (the lower bound of the scan used to overflow and come out past `to`).
+    size_t keys_with_windows = 0;
+    for (const std::string& k : std::set<std::string>(keys.begin(), keys.end())) {
+      std::vector<int64_t> want_starts, got_starts;
+      const int32_t p = part(k, partitions);
+      for (auto& [kw, val] : stored)
+        if (kw.first == k && !(stream_time.count(p) && kw.second + 10 + 40 <= stream_time[p]))
+          want_starts.push_back(kw.second);
+      auto one = q.windows({.store = "w", .key = k, .from = std::numeric_limits<int64_t>::min() + 1,
+                            .to = std::numeric_limits<int64_t>::max()});
+      REQUIRE(one.ok());
+      for (auto& win : one.answer().windows) got_starts.push_back(win.start);
+      CHECK(got_starts == want_starts);
+      keys_with_windows += !want_starts.empty();
+    }
+    CHECK(keys_with_windows > 10);
 
     // Only some partitions (a scatter-gather part).
     window_range_query part1{.range = {.store = "w", .partitions = std::vector<int32_t>{1}}, .from = 0, .to = 1000};

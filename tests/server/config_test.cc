@@ -231,6 +231,8 @@ TEST_CASE("http.tls and http.cors are read and checked") {
       {"http: {tls: {cert_file: a, key_file: b, ciphers: x}}", "http.tls.ciphers: unknown key"},
       {"http: {cors: {allowed_origins: ['*']}}", "'*' is not allowed"},
       {"http: {cors: {allowed_origins: ['https://a.example/path']}}", "must be an origin"},
+      // Long enough to overflow the stack in std::regex before the length was checked.
+      {"http: {cors: {allowed_origins: ['http://" + std::string(1'000'000, 'a') + "']}}", "at most 267 characters"},
       {"http: {tls: {cert_file: a, key_file: b}}\nadvertised_endpoint: http://h:1", "must start with https://"},
       {"advertised_endpoint: https://h:1", "https:// needs http.tls"},
   };

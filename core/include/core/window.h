@@ -76,7 +76,9 @@ result<int64_t> parse_duration_ms(std::string_view text);
 // Epoch milliseconds ("1733133600000") or ISO-8601 / RFC 3339 with a zone
 // ("2026-12-02T10:00:00Z", "2026-12-02T11:00:00.250+01:00").
 result<int64_t> parse_timestamp_ms(std::string_view text);
-// RFC 3339 in UTC with milliseconds: "2026-12-02T10:00:00.000Z".
+// RFC 3339 in UTC with milliseconds: "2026-12-02T10:00:00.000Z". Any int64 is
+// formatted to its date; a year outside 0000-9999, which RFC 3339 cannot write, gets
+// ISO 8601's expanded form with a sign and six digits ("+033658-09-27T01:46:40.000Z").
 std::string format_timestamp_ms(int64_t ms);
 
 // Byte layout of a windowed key: the key, escaped so that it is order-preserving and

@@ -2,6 +2,7 @@
 
 #include <boost/url/encoding_opts.hpp>
 #include <boost/url/parse.hpp>
+#include <boost/url/pct_string_view.hpp>
 #include <boost/url/url_view.hpp>
 
 #include <string>
@@ -63,13 +64,25 @@ status parse_target(std::string_view target, request& req) {
   const auto q = target.find('?');
   req.path = std::string(target.substr(0, q));
 
-  // segments() percent-decodes each segment on its own, so "%2F" becomes a '/' inside
-  // one segment, "%00" a NUL byte, and UTF-8 escapes their raw bytes. '+' in a path is
-  // a literal plus: the form convention applies to queries only. Empty segments
+  // Each segment is percent-decoded on its own, so "%2F" becomes a '/' inside one
+  // segment, "%00" a NUL byte, and UTF-8 escapes their raw bytes. '+' in a path is a
+  // literal plus: the form convention applies to queries only. Empty segments
   // ("/v1/stores//keys", a trailing '/') are kept; the router decides what they mean.
+  // "/" has no segments. The path is split here rather than by Boost.URL's segments(),
+  // which hides a leading "." segment (the "/." prefix it adds itself so that "//x" is
+  // not read as an authority): "/./v1/stores" would have been routed as "/v1/stores"
+  // while "/v1/./stores" is not.
   req.segments.clear();
-  for (std::string seg : u.segments()) {
-    req.segments.push_back(std::move(seg));
+  std::string_view path = u.encoded_path();
+  if (path != "/") {
+    path.remove_prefix(1);
+    for (;;) {
+      const size_t slash = path.find('/');
+      // Already validated by parse_origin_form, so value() cannot throw.
+      req.segments.push_back(boost::urls::make_pct_string_view(path.substr(0, slash)).value().decode());
+      if (slash == std::string_view::npos) break;
+      path.remove_prefix(slash + 1);
+    }
   }
 
   // Query values follow application/x-www-form-urlencoded: '+' decodes to a space.
