@@ -1,19 +1,11 @@
 #include "kafka_common.h"
 
+#include "core/log.h"
+
 namespace kstate::ingest {
 
 std::shared_ptr<spdlog::logger> log() {
-  static auto l = [] {
-    if (auto existing = spdlog::get("ingest")) return existing;
-    auto created = spdlog::default_logger()->clone("ingest");
-    try {
-      spdlog::register_logger(created);
-    } catch (const spdlog::spdlog_ex&) {
-      // Registered by an embedding application first: use that one.
-      if (auto existing = spdlog::get("ingest")) return existing;
-    }
-    return created;
-  }();
+  static const auto l = module_logger("ingest");
   return l;
 }
 

@@ -3,23 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include "core/guard.h"
+#include "core/log.h"
 
 namespace kstate::query {
 namespace {
 
-// The "query" logger, created on first use; safe from any thread.
 std::shared_ptr<spdlog::logger> log() {
-  static auto l = [] {
-    if (auto existing = spdlog::get("query")) return existing;
-    auto created = spdlog::default_logger()->clone("query");
-    try {
-      spdlog::register_logger(created);
-    } catch (const spdlog::spdlog_ex&) {
-      // Registered by an embedding application first: use that one.
-      if (auto existing = spdlog::get("query")) return existing;
-    }
-    return created;
-  }();
+  static const auto l = module_logger("query");
   return l;
 }
 

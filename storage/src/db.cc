@@ -24,6 +24,7 @@
 #include <rocksdb/write_buffer_manager.h>
 #include <spdlog/spdlog.h>
 
+#include "core/log.h"
 #include "storage/key_codec.h"
 
 namespace kstate::storage {
@@ -59,12 +60,7 @@ result<rocksdb::CompactionStyle> parse_compaction_style(const std::string& name)
 }
 
 std::shared_ptr<spdlog::logger> storage_log() {
-  static auto l = [] {
-    if (auto existing = spdlog::get("storage")) return existing;
-    auto created = spdlog::default_logger()->clone("storage");
-    spdlog::register_logger(created);
-    return created;
-  }();
+  static const auto l = module_logger("storage");
   return l;
 }
 

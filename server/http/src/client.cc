@@ -28,6 +28,7 @@
 
 #include "http/client.h"
 
+#include "core/log.h"
 #include "syntax.h"
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -68,17 +69,7 @@ constexpr std::uint32_t max_response_header_bytes = 64 * 1024;
 // The "http" logger, shared with server.cc (same module): an embedding
 // application's if it registered one, else a clone of the default logger.
 const std::shared_ptr<spdlog::logger>& log() {
-  static const std::shared_ptr<spdlog::logger> l = [] {
-    if (auto existing = spdlog::get("http")) return existing;
-    auto created = spdlog::default_logger()->clone("http");
-    try {
-      spdlog::register_logger(created);
-    } catch (const spdlog::spdlog_ex&) {
-      // The server registered it between get() and here: use that one.
-      if (auto existing = spdlog::get("http")) return existing;
-    }
-    return created;
-  }();
+  static const std::shared_ptr<spdlog::logger> l = module_logger("http");
   return l;
 }
 

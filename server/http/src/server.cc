@@ -19,6 +19,7 @@
 
 #include "http/server.h"
 
+#include "core/log.h"
 #include "syntax.h"
 
 #include <boost/asio/dispatch.hpp>
@@ -67,17 +68,7 @@ class session_base;
 // The "http" logger: shared with an embedding application that registered one, else a
 // clone of the default logger (same sinks and format).
 const std::shared_ptr<spdlog::logger>& log() {
-  static const std::shared_ptr<spdlog::logger> l = [] {
-    if (auto existing = spdlog::get("http")) return existing;
-    auto created = spdlog::default_logger()->clone("http");
-    try {
-      spdlog::register_logger(created);
-    } catch (const spdlog::spdlog_ex&) {
-      // Registered by someone else between get() and here: use theirs.
-      if (auto existing = spdlog::get("http")) return existing;
-    }
-    return created;
-  }();
+  static const std::shared_ptr<spdlog::logger> l = module_logger("http");
   return l;
 }
 
