@@ -134,11 +134,17 @@ bool freshness_waiter::pass() {
     // Out of in_flight_ before the callback runs: answered once, whatever it does.
     waiter w = std::move(*it);
     it = in_flight_.erase(it);
+    {
+      std::lock_guard answered(mu_);
+      --checking_;
+    }
     answer(w, *outcome);
   }
   lock.lock();
   checking_ = 0;
-  waiters_.splice(waiters_.end(), in_flight_);
+  // Ahead of the waits registered during the pass: waits are answered in the order
+  // they came, whatever passes ran in between.
+  waiters_.splice(waiters_.begin(), in_flight_);
   return stopping && waiters_.empty();
 }
 
