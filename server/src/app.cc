@@ -94,7 +94,39 @@ struct app::impl {
   std::condition_variable cv;
   bool stop_requested = false;
   ingest::engine* starting_ingest = nullptr;  // guarded by mu
+  // Reads the group's secret from Kafka until it has it or the app stops.
+  std::thread secret_reader;
+  bool secret_reader_stop = false;  // guarded by mu
+
+  void read_secret_until_known();
 };
+
+void app::impl::read_secret_until_known() {
+  // Each attempt is bounded, so a stop waits for at most one of them.
+  constexpr auto attempt_timeout = std::chrono::seconds(5);
+  bool reported = false;
+  for (;;) {
+    auto got = ingest::read_group_secret(cfg.ingest, attempt_timeout);
+    if (got.ok()) {
+      {
+        std::lock_guard lock(mu);  // start() waits for it under mu
+        secret->set(std::move(*got));
+      }
+      if (reported) spdlog::info("read the secret shared with the other instances");
+      cv.notify_all();
+      return;
+    }
+    if (!reported) {
+      spdlog::error("no secret shared with the other instances yet ({}): requests for partitions held elsewhere are "
+                    "answered 503 until it is read (set peer_secret_file, or allow kstate to create and read the "
+                    "topic {}); retrying",
+                    got.error().message(), ingest::group_secret_topic(cfg.application_id));
+      reported = true;
+    }
+    std::unique_lock lock(mu);
+    if (cv.wait_for(lock, std::chrono::seconds(1), [&] { return secret_reader_stop; })) return;
+  }
+}
 
 app::app(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
 app::~app() { stop(); }
@@ -201,18 +233,15 @@ status app::start() {
     if (*standby_slot) (*standby_slot)->give_back(parts);
   };
   // The secret the instances sign their requests to each other with: from a file, or
-  // the group's own in Kafka. Without it this instance answers what it holds and
-  // refuses the rest with 503, so an error here does not stop it.
+  // the group's own in Kafka, read beside the ingest start-up (which is what reports
+  // unreachable brokers and refused credentials). Without it this instance answers what
+  // it holds and refuses the rest with 503, so not having it yet does not stop it.
   if (!i.cfg.peer_secret_file.empty()) {
     auto secret = read_secret_file(i.cfg.peer_secret_file);
     if (!secret.ok()) return secret.error();
     i.secret->set(std::move(*secret));
-  } else if (auto secret = ingest::read_group_secret(i.cfg.ingest, i.cfg.ingest.startup_timeout); secret.ok()) {
-    i.secret->set(std::move(*secret));
   } else {
-    spdlog::error("no secret shared with the other instances ({}): requests for partitions held elsewhere will be "
-                  "answered 503 (set peer_secret_file, or allow kstate to create and read the topic {})",
-                  secret.error().message(), ingest::group_secret_topic(i.cfg.application_id));
+    i.secret_reader = std::thread([&i] { i.read_secret_until_known(); });
   }
   i.ingest = std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(),
                                               &i.notifier);
@@ -227,6 +256,11 @@ status app::start() {
     i.starting_ingest = nullptr;
   }
   if (!started.ok()) return started;
+  {
+    // Usually read by now; give it a moment more, so that a started instance forwards.
+    std::unique_lock lock(i.mu);
+    i.cv.wait_for(lock, std::chrono::seconds(10), [&] { return i.secret->get() != nullptr || i.stop_requested; });
+  }
   if (i.cfg.standby_replicas > 0) {
     // Standby copies follow source topics: table views only (an aggregate's copy would
     // have to follow its changelog, which standbys do not read yet).
@@ -280,6 +314,14 @@ void app::stop() {
   if (i.stopped) return;
   i.stopped = true;
   i.draining = true;
+  if (i.secret_reader.joinable()) {
+    {
+      std::lock_guard lock(i.mu);
+      i.secret_reader_stop = true;
+    }
+    i.cv.notify_all();
+    i.secret_reader.join();
+  }
   // Pending min_position waits get their 503 while connections are still open.
   if (i.waiter) i.waiter->shutdown();
   if (i.http) i.http->stop();
