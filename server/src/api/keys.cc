@@ -32,6 +32,36 @@ http::response not_held_problem(const call& c, const view_def& v, int32_t p) {
                  c.path());
 }
 
+// The answer for one key, written straight into the body without a DOM and without
+// re-parsing the stored value: {key, offset, partition, position, served_by, store,
+// value}, and for a stale copy (`lag` given) also lag and "stale": true.
+std::string key_answer(const state& st, const call& c, const view_def& v, const std::string& key,
+                       const query::key_answer& a, const nlohmann::json* lag) {
+  std::string b;
+  b.reserve(128 + key.size() + a.value->size() + c.store.size() + st.ctx.instance.size());
+  b += "{\"key\":";
+  append_rendered_key(b, v.key_format, key);
+  if (lag) {
+    b += ",\"lag\":";
+    b += lag->dump();
+  }
+  b += ",\"offset\":";
+  append_int(b, a.offset);
+  b += ",\"partition\":";
+  append_int(b, a.partition);
+  b += ",\"position\":";
+  append_position(b, a.pos);
+  b += ",\"served_by\":";
+  append_json_string(b, st.ctx.instance);
+  if (lag) b += ",\"stale\":true";
+  b += ",\"store\":";
+  append_json_string(b, c.store);
+  b += ",\"value\":";
+  append_rendered_value(b, v.value_format, *a.value);
+  b += '}';
+  return b;
+}
+
 // An answer from this instance's own copy of the key's partition (a former owner's or a
 // standby's), marked stale with its lag; nullopt when there is no copy here.
 std::optional<http::response> stale_answer(const state& st, const call& c, const view_def& v, const std::string& key,
@@ -55,26 +85,8 @@ std::optional<http::response> stale_answer(const state& st, const call& c, const
         .with_header("X-Kstate-Position", position_header(a.pos))
         .with_header("X-Kstate-Stale", "true");
   }
-  // {key, lag, offset, partition, position, served_by, stale, store, value}
   http::response r;
-  std::string& b = r.body;
-  b += "{\"key\":";
-  append_rendered_key(b, v.key_format, key);
-  b += ",\"lag\":";
-  b += lag.dump();
-  b += ",\"offset\":";
-  append_int(b, a.offset);
-  b += ",\"partition\":";
-  append_int(b, a.partition);
-  b += ",\"position\":";
-  append_position(b, a.pos);
-  b += ",\"served_by\":";
-  append_json_string(b, st.ctx.instance);
-  b += ",\"stale\":true,\"store\":";
-  append_json_string(b, c.store);
-  b += ",\"value\":";
-  append_rendered_value(b, v.value_format, *a.value);
-  b += '}';
+  r.body = key_answer(st, c, v, key, a, &lag);
   return r.with_header("X-Kstate-Position", position_header(a.pos)).with_header("X-Kstate-Stale", "true");
 }
 
@@ -99,26 +111,8 @@ http::response read_key(const state& st, const call& c, const view_def& v, const
     return problem_response(failure_reason::key_not_found, body)
         .with_header("X-Kstate-Position", position_header(a.pos));
   }
-  // Written straight into the body: {key, offset, partition, position, served_by, store,
-  // value}, without a DOM and without re-parsing the stored value.
   http::response r;
-  std::string& b = r.body;
-  b.reserve(112 + key.size() + a.value->size() + c.store.size() + st.ctx.instance.size());
-  b += "{\"key\":";
-  append_rendered_key(b, v.key_format, key);
-  b += ",\"offset\":";
-  append_int(b, a.offset);
-  b += ",\"partition\":";
-  append_int(b, a.partition);
-  b += ",\"position\":";
-  append_position(b, a.pos);
-  b += ",\"served_by\":";
-  append_json_string(b, st.ctx.instance);
-  b += ",\"store\":";
-  append_json_string(b, c.store);
-  b += ",\"value\":";
-  append_rendered_value(b, v.value_format, *a.value);
-  b += '}';
+  r.body = key_answer(st, c, v, key, a, nullptr);
   return r.with_header("X-Kstate-Position", position_header(a.pos));
 }
 
