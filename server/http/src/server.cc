@@ -1,5 +1,8 @@
 // The only translation unit that includes Beast: everything template-heavy about HTTP
 // stays here, so handlers and the rest of the server compile against plain structs.
+// That is why this file is long (over 1,000 lines): the session is one template over
+// its stream (plain TCP and TLS), and splitting it would compile Beast's templates in
+// several translation units, each taking as long as this one.
 //
 // Structure follows Beast's advanced server: one listener accepting on its own strand,
 // one session per connection on its own strand. A session is strictly sequential:
