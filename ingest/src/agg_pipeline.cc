@@ -16,11 +16,6 @@
 namespace kstate::ingest {
 namespace {
 
-void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
-  log()->log(rdkafka_level(level), "librdkafka {}: {}", fac, buf);
-}
-
-
 // The changelog header carrying the store-topic offset of the record that produced an
 // aggregate, so a restored value reports the same record offset as the original.
 constexpr const char* offset_header = "kstate.offset";
@@ -88,46 +83,16 @@ agg_pipeline::~agg_pipeline() { close(); }
 
 status agg_pipeline::start(rd_kafka_t* consumer, std::set<std::string>& subscribe) {
   consumer_ = consumer;
-  {
-    conf_ptr conf(rd_kafka_conf_new());
-    if (auto s = set_prop(conf.get(), "linger.ms", "5"); !s.ok()) return s;
-    for (const auto& [k, v] : cfg_.kafka)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "bootstrap.servers", cfg_.bootstrap_servers); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "client.id", cfg_.client_id); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "enable.idempotence", "true"); !s.ok()) return s;
-    if (exactly_once_) {
-      if (cfg_.instance_id.empty()) return invalid_argument("exactly_once needs an instance id");
-      auto txid = cfg_.application_id + "-" + cfg_.instance_id;
-      if (auto s = set_prop(conf.get(), "transactional.id", txid); !s.ok()) return s;
-      if (auto s = set_prop(conf.get(), "transaction.timeout.ms", std::to_string(cfg_.transaction_timeout.count()));
-          !s.ok())
-        return s;
-    }
-    rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
-    rd_kafka_conf_set_opaque(conf.get(), this);
-    rd_kafka_conf_set_dr_msg_cb(conf.get(), agg_delivery_report);
-    char err[512];
-    producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.release(), err, sizeof err);
-    if (!producer_) return invalid_argument(std::string("creating aggregate producer: ") + err);
-  }
-  {
-    conf_ptr conf(rd_kafka_conf_new());
-    for (const auto& [k, v] : cfg_.kafka)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    const std::pair<const char*, std::string> fixed[] = {
-        {"bootstrap.servers", cfg_.bootstrap_servers}, {"client.id", cfg_.client_id + "-restore"},
-        {"group.id", cfg_.application_id + "-restore"},  // never joins: assign() only
-        {"isolation.level", "read_committed"},          {"enable.auto.commit", "false"},
-        {"enable.partition.eof", "true"},               {"auto.offset.reset", "earliest"}};
-    for (const auto& [k, v] : fixed)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
-    char err[512];
-    restorer_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.release(), err, sizeof err);
-    if (!restorer_) return invalid_argument(std::string("creating restore consumer: ") + err);
-    rd_kafka_poll_set_consumer(restorer_);
-  }
+  if (exactly_once_ && cfg_.instance_id.empty()) return invalid_argument("exactly_once needs an instance id");
+  auto producer = create_client(cfg_, aggregate_producer_spec(cfg_), [this](rd_kafka_conf_t* conf) {
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_dr_msg_cb(conf, agg_delivery_report);
+  });
+  if (!producer.ok()) return producer.error();
+  producer_ = producer.value().release();
+  auto restorer = create_client(cfg_, restore_consumer_spec(cfg_));
+  if (!restorer.ok()) return restorer.error();
+  restorer_ = restorer.value().release();
   if (auto s = create_topics(); !s.ok()) return s;
   if (exactly_once_) {
     // Fences a previous incarnation with the same transactional.id and aborts the

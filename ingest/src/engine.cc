@@ -17,24 +17,8 @@
 #include "core/guard.h"
 #include "dead_letters.h"
 #include "ingest/batch_builder.h"
-#include "ingest/membership.h"
 
 namespace kstate::ingest {
-namespace {
-
-// librdkafka's logs, routed into the ingest logger with matching levels.
-void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
-  // Group commits are informational (positions live in RocksDB); a commit refused
-  // during a rebalance is expected and not worth a warning.
-  if (std::string_view(fac) == "COMMITFAIL") {
-    log()->debug("librdkafka {}: {}", fac, buf);
-    return;
-  }
-  log()->log(rdkafka_level(level), "librdkafka {}: {}", fac, buf);
-}
-
-
-}  // namespace
 
 struct engine::impl {
   ingest_config cfg;
@@ -104,25 +88,10 @@ struct engine::impl {
     if (auto why = guarded([this] { run(); })) set_fatal("ingest thread stopped by an exception: " + *why);
   }
 
-  // Properties and the log callback every client of the engine shares.
-  status common_props(rd_kafka_conf_t* conf) {
-    for (const auto& [k, v] : cfg.kafka) {
-      auto s = set_prop(conf, k, v);
-      if (!s.ok()) return s;
-    }
-    if (auto s = set_prop(conf, "bootstrap.servers", cfg.bootstrap_servers); !s.ok()) return s;
-    if (auto s = set_prop(conf, "client.id", cfg.client_id); !s.ok()) return s;
-    rd_kafka_conf_set_log_cb(conf, rdkafka_log);
-    return status::ok_status();
-  }
-
-  // The same, with the error callback; the client's opaque must be this impl.
-  status common_conf(rd_kafka_conf_t* conf) {
-    if (auto s = common_props(conf); !s.ok()) return s;
-    rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int err, const char* reason, void* opaque) {
-      static_cast<impl*>(opaque)->on_error(static_cast<rd_kafka_resp_err_t>(err), reason);
-    });
-    return status::ok_status();
+  // The error callback of the engine's clients, which hands their errors to on_error;
+  // the client's opaque must be this impl.
+  static void error_cb(rd_kafka_t*, int err, const char* reason, void* opaque) {
+    static_cast<impl*>(opaque)->on_error(static_cast<rd_kafka_resp_err_t>(err), reason);
   }
 
   void on_error(rd_kafka_resp_err_t err, const char* reason) {
@@ -152,55 +121,25 @@ struct engine::impl {
   }
 
   status create_consumer() {
-    conf_ptr conf(rd_kafka_conf_new());
-    // Defaults the kafka: map may change. The prefetch queue and the fetch buffers are
-    // part of kstate's fixed memory overhead (docs/operations.md): librdkafka's defaults
-    // (64 MiB queue, 50 MiB fetches) would dwarf a small RocksDB budget; 8 MiB each
-    // still keeps ingest at full speed.
-    const std::pair<const char*, const char*> defaults[] = {
-        {"isolation.level", "read_committed"},
-        {"queued.max.messages.kbytes", "8192"},
-        {"fetch.max.bytes", "8388608"},
-        {"receive.message.max.bytes", "9437184"},
-    };
-    for (const auto& [k, v] : defaults)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    if (auto s = common_conf(conf.get()); !s.ok()) return s;
-    const std::pair<const char*, std::string> fixed[] = {
-        {"group.id", cfg.application_id},
-        {"partition.assignment.strategy", "cooperative-sticky"},
-        // Positions live in RocksDB with the state; group commits are informational.
-        {"enable.auto.commit", "false"},
-        {"enable.auto.offset.store", "false"},
-        {"auto.offset.reset", "earliest"},
-        {"enable.partition.eof", "true"},
-    };
-    for (const auto& [k, v] : fixed)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    // The group description then names this member's endpoint (membership_watcher).
-    if (!cfg.advertised_endpoint.empty())
-      if (auto s = set_prop(conf.get(), "client.id", encode_member_client_id(cfg.client_id, cfg.advertised_endpoint));
-          !s.ok())
-        return s;
-    rd_kafka_conf_set_opaque(conf.get(), this);
-    rd_kafka_conf_set_rebalance_cb(conf.get(), [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
-                                                  rd_kafka_topic_partition_list_t* parts, void* opaque) {
-      // Nothing may unwind through librdkafka's C frames.
-      auto* self = static_cast<impl*>(opaque);
-      if (auto why = guarded([&] { self->on_rebalance(rk, err, parts); }))
-        self->set_fatal("rebalance callback stopped by an exception: " + *why);
+    auto rk = create_client(cfg, engine_consumer_spec(cfg), [this](rd_kafka_conf_t* conf) {
+      rd_kafka_conf_set_error_cb(conf, error_cb);
+      rd_kafka_conf_set_opaque(conf, this);
+      rd_kafka_conf_set_rebalance_cb(conf, [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                                              rd_kafka_topic_partition_list_t* parts, void* opaque) {
+        // Nothing may unwind through librdkafka's C frames.
+        auto* self = static_cast<impl*>(opaque);
+        if (auto why = guarded([&] { self->on_rebalance(rk, err, parts); }))
+          self->set_fatal("rebalance callback stopped by an exception: " + *why);
+      });
     });
-    char err[512];
-    consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf.release(), err, sizeof err);
-    if (!consumer) return invalid_argument(std::string("creating consumer: ") + err);
-    rd_kafka_poll_set_consumer(consumer);
+    if (!rk.ok()) return rk.error();
+    consumer = rk.value().release();
     return status::ok_status();
   }
 
   status create_dead_letter_sender() {
     dead_letters = std::make_unique<dead_letter_sender>(
-        [this](rd_kafka_conf_t* conf) { return common_props(conf); },
-        [this](rd_kafka_resp_err_t err, const char* reason) { on_error(err, reason); },
+        cfg, [this](rd_kafka_resp_err_t err, const char* reason) { on_error(err, reason); },
         [this] { return running.load(); }, stats, metrics);
     return dead_letters->start();
   }

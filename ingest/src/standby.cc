@@ -274,30 +274,9 @@ status standby_engine::start() {
   auto builder = batch_builder::create(i.db, i.views, i.cfg.max_json_depth);
   if (!builder.ok()) return builder.error();
   i.builder = std::move(builder.value());
-  conf_ptr conf(rd_kafka_conf_new());
-  const std::pair<const char*, const char*> defaults[] = {{"queued.max.messages.kbytes", "8192"},
-                                                          {"fetch.max.bytes", "8388608"},
-                                                          {"receive.message.max.bytes", "9437184"},
-                                                          {"isolation.level", "read_committed"}};
-  for (const auto& [k, v] : defaults)
-    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-  for (const auto& [k, v] : i.cfg.kafka)
-    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-  const std::pair<const char*, std::string> fixed[] = {
-      {"bootstrap.servers", i.cfg.bootstrap_servers},
-      {"client.id", i.cfg.client_id + "-standby"},
-      {"enable.auto.commit", "false"},
-      {"enable.auto.offset.store", "false"},
-      // librdkafka wants a group id even for a consumer that only assigns; this one
-      // never joins it (no subscribe) and commits nothing to it.
-      {"group.id", i.cfg.application_id + ".standby"}};
-  for (const auto& [k, v] : fixed)
-    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-  char err[512];
-  i.consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof err);
-  if (!i.consumer) return invalid_argument(std::string("standby consumer: ") + err);
-  (void)conf.release();  // owned by the consumer now
-  rd_kafka_poll_set_consumer(i.consumer);
+  auto consumer = create_client(i.cfg, standby_consumer_spec(i.cfg));
+  if (!consumer.ok()) return consumer.error();
+  i.consumer = consumer.value().release();
   i.running = true;
   {
     std::lock_guard lock(i.mu);
