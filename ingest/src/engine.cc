@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agg_pipeline.h"
+#include "batch_loop.h"
 #include "core/guard.h"
 #include "dead_letters.h"
 #include "ingest/batch_builder.h"
@@ -45,7 +46,6 @@ struct engine::impl {
   mutable std::mutex fatal_mu;
   std::string fatal;
   std::set<std::string> topics;
-  std::chrono::steady_clock::time_point first_pending{};
   std::chrono::steady_clock::time_point last_commit{};
   // Next offset applied per owned partition: what is committed to the group.
   std::map<std::pair<std::string, int32_t>, int64_t> applied;
@@ -388,59 +388,42 @@ struct engine::impl {
     last_commit = std::chrono::steady_clock::now();
   }
 
+  // What a hook returns when flush() wrote nothing: the engine failed (already
+  // reported) or a stop gave the batch up. Either way the loop ends.
+  static status not_written() { return unavailable("the pending batch was not written"); }
+
   void run() {
-    using clock = std::chrono::steady_clock;
-    while (running) {
-      bool pending = builder->pending_records() > 0;
-      auto timeout = pending ? 0 : 100;
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, timeout);
-      if (m) {
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-          std::string topic = rd_kafka_topic_name(m->rkt);
-          int32_t part = m->partition;
-          int64_t eof = m->offset;
-          rd_kafka_message_destroy(m);
-          // Everything up to the end was consumed; once written, the partition is current.
-          if (!flush()) break;
-          check_ready(topic, part, eof);
-          continue;
-        }
-        if (m->err) {
-          log()->warn("consumer: {}", rd_kafka_message_errstr(m));
-          bool fatal_err = m->err == RD_KAFKA_RESP_ERR__FATAL;
-          rd_kafka_message_destroy(m);
-          if (fatal_err) { set_fatal("fatal consumer error"); break; }
-          continue;
-        }
-        ++stats.consumed;
-        if (builder->pending_records() == 0) first_pending = clock::now();
-        record r;
-        r.topic = rd_kafka_topic_name(m->rkt);
-        r.partition = m->partition;
-        r.offset = m->offset;
-        r.timestamp = rd_kafka_message_timestamp(m, nullptr);
-        if (m->key) r.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
-        if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
-        builder->add(r);
-        if (agg && agg->handles(r.topic)) {
-          if (auto s = agg->add(r); !s.ok()) {
-            rd_kafka_message_destroy(m);
-            set_fatal("applying aggregate: " + s.to_string());
-            break;
-          }
-        }
-        rd_kafka_message_destroy(m);
-      }
-      pending = builder->pending_records() > 0;
-      if (pending && (!m || builder->pending_records() >= static_cast<size_t>(cfg.max_batch_records) ||
-                      clock::now() - first_pending >= cfg.max_batch_delay)) {
-        if (!flush()) break;
-      }
-      if (clock::now() - last_commit >= cfg.commit_interval) commit_positions(false);
-      if (clock::now() - last_progress >= std::chrono::seconds(1)) publish_progress();
+    batch_loop_options options{"consumer", static_cast<size_t>(cfg.max_batch_records), cfg.max_batch_delay, 100};
+    batch_loop_hooks hooks;
+    hooks.each_turn = [this] {
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_commit >= cfg.commit_interval) commit_positions(false);
+      if (now - last_progress >= std::chrono::seconds(1)) publish_progress();
       if (dead_letters) dead_letters->poll();
       if (agg) agg->poll();
-    }
+      return status::ok_status();
+    };
+    hooks.after_add = [this](const record& r) {
+      ++stats.consumed;
+      if (agg && agg->handles(r.topic)) {
+        if (auto s = agg->add(r); !s.ok()) {
+          set_fatal("applying aggregate: " + s.to_string());
+          return s;
+        }
+      }
+      return status::ok_status();
+    };
+    hooks.at_end = [this](const std::string& topic, int32_t partition, int64_t end) {
+      // Everything up to the end was consumed; once written, the partition is current.
+      if (!flush()) return not_written();
+      check_ready(topic, partition, end);
+      return status::ok_status();
+    };
+    hooks.write = [this] { return flush() ? status::ok_status() : not_written(); };
+    auto s = run_batch_loop(consumer, *builder, running, options, hooks);
+    // Failures of the hooks were reported where they happened; what is left is the
+    // consumer's own fatal error.
+    if (!s.ok() && !failed && !abandoned) set_fatal(s.message());
   }
 };
 
