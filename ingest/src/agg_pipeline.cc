@@ -14,23 +14,6 @@
 #include "ingest/partitioner.h"
 
 namespace kstate::ingest {
-namespace {
-
-void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
-  log()->log(rdkafka_level(level), "librdkafka {}: {}", fac, buf);
-}
-
-
-// The changelog header carrying the store-topic offset of the record that produced an
-// aggregate, so a restored value reports the same record offset as the original.
-constexpr const char* offset_header = "kstate.offset";
-
-std::string changelog_position_name(const view_def& v) { return v.name + "#changelog"; }
-// Windowed views: the partition's stream time (largest event time applied), kept with
-// the state so closing and expiry continue where they were after a restart.
-std::string stream_time_name(const view_def& v) { return stream_time_position_name(v); }
-
-}  // namespace
 
 void agg_delivery_report(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
   auto* self = static_cast<agg_pipeline*>(opaque);
@@ -88,46 +71,16 @@ agg_pipeline::~agg_pipeline() { close(); }
 
 status agg_pipeline::start(rd_kafka_t* consumer, std::set<std::string>& subscribe) {
   consumer_ = consumer;
-  {
-    conf_ptr conf(rd_kafka_conf_new());
-    if (auto s = set_prop(conf.get(), "linger.ms", "5"); !s.ok()) return s;
-    for (const auto& [k, v] : cfg_.kafka)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "bootstrap.servers", cfg_.bootstrap_servers); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "client.id", cfg_.client_id); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "enable.idempotence", "true"); !s.ok()) return s;
-    if (exactly_once_) {
-      if (cfg_.instance_id.empty()) return invalid_argument("exactly_once needs an instance id");
-      auto txid = cfg_.application_id + "-" + cfg_.instance_id;
-      if (auto s = set_prop(conf.get(), "transactional.id", txid); !s.ok()) return s;
-      if (auto s = set_prop(conf.get(), "transaction.timeout.ms", std::to_string(cfg_.transaction_timeout.count()));
-          !s.ok())
-        return s;
-    }
-    rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
-    rd_kafka_conf_set_opaque(conf.get(), this);
-    rd_kafka_conf_set_dr_msg_cb(conf.get(), agg_delivery_report);
-    char err[512];
-    producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.release(), err, sizeof err);
-    if (!producer_) return invalid_argument(std::string("creating aggregate producer: ") + err);
-  }
-  {
-    conf_ptr conf(rd_kafka_conf_new());
-    for (const auto& [k, v] : cfg_.kafka)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    const std::pair<const char*, std::string> fixed[] = {
-        {"bootstrap.servers", cfg_.bootstrap_servers}, {"client.id", cfg_.client_id + "-restore"},
-        {"group.id", cfg_.application_id + "-restore"},  // never joins: assign() only
-        {"isolation.level", "read_committed"},          {"enable.auto.commit", "false"},
-        {"enable.partition.eof", "true"},               {"auto.offset.reset", "earliest"}};
-    for (const auto& [k, v] : fixed)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
-    char err[512];
-    restorer_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.release(), err, sizeof err);
-    if (!restorer_) return invalid_argument(std::string("creating restore consumer: ") + err);
-    rd_kafka_poll_set_consumer(restorer_);
-  }
+  if (exactly_once_ && cfg_.instance_id.empty()) return invalid_argument("exactly_once needs an instance id");
+  auto producer = create_client(cfg_, aggregate_producer_spec(cfg_), [this](rd_kafka_conf_t* conf) {
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_dr_msg_cb(conf, agg_delivery_report);
+  });
+  if (!producer.ok()) return producer.error();
+  producer_ = producer.value().release();
+  auto restorer = create_client(cfg_, restore_consumer_spec(cfg_));
+  if (!restorer.ok()) return restorer.error();
+  restorer_ = restorer.value().release();
   if (auto s = create_topics(); !s.ok()) return s;
   if (exactly_once_) {
     // Fences a previous incarnation with the same transactional.id and aborts the
@@ -144,245 +97,6 @@ status agg_pipeline::start(rd_kafka_t* consumer, std::set<std::string>& subscrib
   }
   for (const auto& t : topics_) subscribe.insert(t);
   log()->info("{} aggregate view(s), {}", views_.size(), exactly_once_ ? "exactly_once" : "at_least_once");
-  return status::ok_status();
-}
-
-status agg_pipeline::create_topics() {
-  // Wanted topics with their partition counts.
-  struct wanted { std::string name; int32_t partitions; int replication; bool compact; const view_def* def; };
-  std::vector<wanted> want;
-  for (const auto& vs : views_) {
-    const auto& v = *vs.def;
-    int32_t source_count = ownership_.partition_count(v.input_topic());
-    if (source_count <= 0) return not_found_error("topic '" + v.input_topic() + "' does not exist");
-    int32_t store_count = source_count;
-    if (v.rekeyed()) {
-      store_count = v.repartition_partitions > 0 ? v.repartition_partitions : source_count;
-      want.push_back({v.repartition_topic, store_count, v.replication_factor, false, &v});
-    }
-    want.push_back({v.changelog_topic, store_count, v.replication_factor, true, &v});
-  }
-  std::vector<rd_kafka_NewTopic_t*> news;
-  for (const auto& w : want) {
-    char err[512];
-    auto* nt = rd_kafka_NewTopic_new(w.name.c_str(), w.partitions, w.replication, err, sizeof err);
-    if (!nt) return invalid_argument("topic '" + w.name + "': " + err);
-    if (w.compact) {
-      // compact, or compact,delete for a windowed view that asked for it (config.cc checks).
-      if (!w.def->changelog_configs.count("cleanup.policy") &&
-          rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact"))
-        return invalid_argument("cleanup.policy");
-      for (const auto& [k, val] : w.def->changelog_configs)
-        if (rd_kafka_NewTopic_set_config(nt, k.c_str(), val.c_str()))
-          return invalid_argument("changelog config '" + k + "'");
-    }
-    news.push_back(nt);
-  }
-  rd_kafka_queue_t* q = rd_kafka_queue_new(producer_);
-  rd_kafka_CreateTopics(producer_, news.data(), news.size(), nullptr, q);
-  rd_kafka_event_t* ev = rd_kafka_queue_poll(q, static_cast<int>(cfg_.startup_timeout.count()));
-  status result = status::ok_status();
-  if (!ev) {
-    result = unavailable("creating repartition/changelog topics timed out");
-  } else if (rd_kafka_event_error(ev)) {
-    result = unavailable(std::string("creating topics: ") + rd_kafka_event_error_string(ev));
-  } else {
-    size_t cnt = 0;
-    const auto* res = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &cnt);
-    for (size_t i = 0; i < cnt; ++i) {
-      auto e = rd_kafka_topic_result_error(res[i]);
-      if (e == RD_KAFKA_RESP_ERR_NO_ERROR) log()->info("created topic {}", rd_kafka_topic_result_name(res[i]));
-      else if (e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
-        result = unavailable(std::string("creating topic ") + rd_kafka_topic_result_name(res[i]) + ": " +
-                             rd_kafka_topic_result_error_string(res[i]));
-    }
-  }
-  if (ev) rd_kafka_event_destroy(ev);
-  rd_kafka_queue_destroy(q);
-  for (auto* nt : news) rd_kafka_NewTopic_destroy(nt);
-  if (!result.ok()) return result;
-
-  // Wait until metadata shows every topic with its partitions, then publish the counts.
-  auto deadline = std::chrono::steady_clock::now() + cfg_.startup_timeout;
-  for (;;) {
-    const rd_kafka_metadata_t* md = nullptr;
-    std::map<std::string, int32_t> counts;
-    if (rd_kafka_metadata(producer_, 1, nullptr, &md, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      for (int i = 0; i < md->topic_cnt; ++i)
-        if (md->topics[i].err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topics[i].partition_cnt > 0)
-          counts[md->topics[i].topic] = md->topics[i].partition_cnt;
-      rd_kafka_metadata_destroy(md);
-    }
-    bool all = true;
-    for (const auto& w : want)
-      if (!counts.count(w.name)) all = false;
-    if (all) {
-      for (const auto& vs : views_) {
-        const auto& v = *vs.def;
-        if (v.rekeyed()) ownership_.set_partition_count(v.topic, counts[v.topic]);
-        if (counts[v.changelog_topic] < ownership_.partition_count(v.topic))
-          return invalid_argument("changelog topic '" + v.changelog_topic + "' has " +
-                                  std::to_string(counts[v.changelog_topic]) + " partitions, fewer than '" + v.topic +
-                                  "' (" + std::to_string(ownership_.partition_count(v.topic)) + ")");
-      }
-      return status::ok_status();
-    }
-    if (std::chrono::steady_clock::now() > deadline) return unavailable("created topics did not appear in metadata");
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-}
-
-result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topic, int32_t partition) {
-  // The group's committed offset: under exactly_once it moved atomically with the
-  // outputs of every committed transaction, so it is where this input resumes.
-  tpl_ptr list(rd_kafka_topic_partition_list_new(1));
-  rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), partition);
-  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
-  for (int attempt = 0; attempt < 60; ++attempt) {
-    err = rd_kafka_committed(consumer_, list.get(), 10'000);
-    if (!err) err = list->elems[0].err;
-    if (!err) break;
-    log()->warn("committed offset of {}-{}: {}; retrying", topic, partition, rd_kafka_err2str(err));
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  if (err) return unavailable("reading the committed offset of " + topic + "-" + std::to_string(partition) + ": " +
-                              rd_kafka_err2str(err));
-  std::optional<int64_t> committed;
-  if (list->elems[0].offset >= 0) committed = list->elems[0].offset;
-
-  std::optional<int64_t> resume = committed;
-  if (auto it = stage2_.find(topic); it != stage2_.end()) {
-    for (size_t idx : it->second) {
-      auto& v = views_[idx];
-      auto local = db_.stored_position(v.id, partition);
-      if (!local.ok()) return local.error();
-      auto changelog = db_.stored_named_position(changelog_position_name(*v.def), partition);
-      if (!changelog.ok()) return changelog.error();
-      if (v.def->windowed()) {
-        auto st = db_.stored_named_position(stream_time_name(*v.def), partition);
-        if (!st.ok()) return st.error();
-        stream_time_[{idx, partition}] = stream_time_committed_[{idx, partition}] = st.value().value_or(-1);
-      }
-      std::optional<int64_t> local_input = local.value();
-      if (!committed) {
-        // Nothing was ever committed for this input, so no committed transaction wrote
-        // the changelog either: the local store (if any) is the whole truth.
-        if (local_input) resume = resume ? std::min(*resume, *local_input) : *local_input;
-        log()->info("{}-{}: no committed offset; store {} resumes at {}", topic, partition, v.def->name,
-                    local_input ? std::to_string(*local_input) : std::string("the beginning"));
-        continue;
-      }
-      if (local_input && *local_input == *committed) {
-        log()->info("{}-{}: store {} is at the committed offset {}; no restore", topic, partition, v.def->name,
-                    *committed);
-        continue;
-      }
-      int64_t from = changelog.value().value_or(0);
-      log()->info("{}-{}: store {} is at input {} (committed {}): catching up from changelog {}-{} at {}", topic,
-                  partition, v.def->name, local_input ? std::to_string(*local_input) : std::string("none"), *committed,
-                  v.def->changelog_topic, partition, from);
-      planned_.push_back(planned{idx, partition, from, committed});
-    }
-  }
-  auto key = std::make_pair(topic, partition);
-  committed_[key] = resume.value_or(0);
-  return resume;
-}
-
-status agg_pipeline::restore_planned() {
-  auto plans = std::move(planned_);
-  planned_.clear();
-  for (const auto& p : plans)
-    if (auto s = restore(views_[p.view], p.partition, p.from, p.resume); !s.ok()) return s;
-  return status::ok_status();
-}
-
-status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume) {
-  const auto& def = *v.def;
-  const auto& cl = def.changelog_topic;
-  auto started = std::chrono::steady_clock::now();
-  int64_t low = 0, high = 0;
-  // With isolation.level=read_committed the high mark is the last stable offset.
-  auto werr = rd_kafka_query_watermark_offsets(restorer_, cl.c_str(), partition, &low, &high, 10'000);
-  if (werr) return unavailable("watermarks of " + cl + "-" + std::to_string(partition) + ": " + rd_kafka_err2str(werr));
-  from = std::max(from, low);
-  int64_t total = std::max<int64_t>(0, high - from);
-  ownership_.update_restore(def.topic, partition, 0, total);
-  uint64_t applied = 0;
-  int64_t end = from;
-  auto batch = db_.new_batch();
-  const size_t idx = static_cast<size_t>(&v - views_.data());
-  int64_t stream_time = -1;
-  if (def.windowed()) {
-    auto st = db_.stored_named_position(stream_time_name(def), partition);
-    if (!st.ok()) return st.error();
-    stream_time = st.value().value_or(-1);
-  }
-  if (from < high) {
-    tpl_ptr list(rd_kafka_topic_partition_list_new(1));
-    rd_kafka_topic_partition_list_add(list.get(), cl.c_str(), partition)->offset = from;
-    if (auto e = rd_kafka_assign(restorer_, list.get()))
-      return unavailable("assigning " + cl + ": " + rd_kafka_err2str(e));
-    for (;;) {
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(restorer_, 100);
-      if (!m) continue;
-      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-        end = std::max(end, m->offset);
-        rd_kafka_message_destroy(m);
-        break;
-      }
-      if (m->err) {
-        std::string why = rd_kafka_message_errstr(m);
-        bool fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
-        rd_kafka_message_destroy(m);
-        if (fatal) return unavailable("restoring " + cl + ": " + why);
-        log()->warn("restoring {}-{}: {}", cl, partition, why);
-        continue;
-      }
-      int64_t framed_offset = m->offset;
-      rd_kafka_headers_t* hdrs = nullptr;
-      if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        const void* val = nullptr;
-        size_t len = 0;
-        if (rd_kafka_header_get_last(hdrs, offset_header, &val, &len) == RD_KAFKA_RESP_ERR_NO_ERROR && val)
-          framed_offset = std::strtoll(std::string(static_cast<const char*>(val), len).c_str(), nullptr, 10);
-      }
-      std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
-      // A windowed changelog record carries the event time of its update; the largest
-      // is the partition's stream time.
-      if (def.windowed()) stream_time = std::max(stream_time, rd_kafka_message_timestamp(m, nullptr));
-      if (m->payload)
-        batch.put(v.id, partition, key, frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
-      else
-        batch.del(v.id, partition, key);
-      end = m->offset + 1;
-      ++applied;
-      rd_kafka_message_destroy(m);
-      if (applied % 10'000 == 0) {
-        // Progress is durable in steps: a crash mid-restore resumes from here.
-        batch.set_named_position(changelog_position_name(def), partition, end);
-        if (auto s = db_.write(batch); !s.ok()) return s;
-        batch.clear();
-        ownership_.update_restore(def.topic, partition, end - from, total);
-      }
-    }
-    if (auto e = rd_kafka_assign(restorer_, nullptr)) log()->warn("unassigning {}: {}", cl, rd_kafka_err2str(e));
-  }
-  batch.set_named_position(changelog_position_name(def), partition, end);
-  if (def.windowed()) {
-    batch.set_named_position(stream_time_name(def), partition, stream_time);
-    stream_time_[{idx, partition}] = stream_time_committed_[{idx, partition}] = stream_time;
-  }
-  if (input_resume) batch.set_position(v.id, partition, *input_resume);
-  if (auto s = db_.write(batch); !s.ok()) return s;
-  ownership_.update_restore(def.topic, partition, end - from, total);
-  restored_total_ += applied;
-  if (m_restored_)
-    m_restored_->Add({{"store", def.name}, {"partition", std::to_string(partition)}}).Increment(static_cast<double>(applied));
-  log()->info("restored {} records of {}-{} (offsets {}..{}) into store {} in {} ms; input resumes at {}", applied, cl,
-              partition, from, end, def.name,
-              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count(),
-              input_resume ? std::to_string(*input_resume) : std::string("the beginning"));
   return status::ok_status();
 }
 
@@ -420,7 +134,7 @@ status agg_pipeline::produce(const std::string& topic, int32_t partition, std::s
                               RD_KAFKA_V_KEY(key.data(), key.size()),
                               RD_KAFKA_V_VALUE(vptr, vlen), RD_KAFKA_V_TIMESTAMP(ts),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_HEADER(offset_header, off.data(), static_cast<ssize_t>(off.size())),
+                              RD_KAFKA_V_HEADER(changelog_offset_header, off.data(), static_cast<ssize_t>(off.size())),
                               RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(1)), RD_KAFKA_V_END);
     } else {
       err = rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),

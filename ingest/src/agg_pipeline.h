@@ -41,6 +41,15 @@ class Counter;
 
 namespace kstate::ingest {
 
+// The changelog header carrying the store-topic offset of the record that produced an
+// aggregate, so a restored value reports the same record offset as the original.
+inline constexpr const char* changelog_offset_header = "kstate.offset";
+// How far a view's changelog partition is reflected in its store (a named position).
+inline std::string changelog_position_name(const view_def& v) { return v.name + "#changelog"; }
+// Windowed views: the partition's stream time (largest event time applied), kept with
+// the state so closing and expiry continue where they were after a restart.
+inline std::string stream_time_name(const view_def& v) { return stream_time_position_name(v); }
+
 class agg_pipeline {
  public:
   // `views` (aggregate views only), `db`, `ownership` and `builder` outlive the pipeline.
@@ -107,6 +116,8 @@ class agg_pipeline {
     bool dirty = false;     // changed in this batch (cache mode: not yet produced)
   };
 
+  // Topic administration (agg_topics.cc): creates missing repartition and changelog
+  // topics, waits until metadata shows them and checks their partition counts.
   status create_topics();
   status produce(const std::string& topic, int32_t partition, std::string_view key,
                  std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp);
@@ -122,6 +133,7 @@ class agg_pipeline {
   // writes the changelog record; false when the view rejected the record.
   result<bool> fold(view_state& v, const record& r, const std::string& key, int64_t timestamp);
   outcome abort_and_rewind(std::string& error, const std::string& why);
+  // Changelog restore (agg_restore.cc, with plan_assign and restore_planned).
   status restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume);
 
   const ingest_config& cfg_;

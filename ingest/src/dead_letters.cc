@@ -138,9 +138,9 @@ const char* dead_letter_sender::reason_label(rd_kafka_resp_err_t err) {
   }
 }
 
-dead_letter_sender::dead_letter_sender(configure_fn configure, error_fn on_error, keep_trying_fn keep_trying,
+dead_letter_sender::dead_letter_sender(const ingest_config& cfg, error_fn on_error, keep_trying_fn keep_trying,
                                        ingest_stats& stats, prometheus::Registry* metrics)
-    : configure_(std::move(configure)), on_error_(std::move(on_error)), keep_trying_(std::move(keep_trying)),
+    : cfg_(cfg), on_error_(std::move(on_error)), keep_trying_(std::move(keep_trying)),
       stats_(stats) {
   if (metrics) {
     m_dead_lettered_ = &prometheus::BuildCounter().Name("kstate_ingest_records_dead_lettered_total")
@@ -163,20 +163,15 @@ dead_letter_sender::~dead_letter_sender() {
 status dead_letter_sender::start() { return create_producer(); }
 
 status dead_letter_sender::create_producer() {
-  conf_ptr conf(rd_kafka_conf_new());
-  if (auto s = set_prop(conf.get(), "linger.ms", "5"); !s.ok()) return s;  // the kafka: map may change it
-  if (auto s = configure_(conf.get()); !s.ok()) return s;
-  // Idempotent: retries inside librdkafka never duplicate a dead letter.
-  if (auto s = set_prop(conf.get(), "enable.idempotence", "true"); !s.ok()) return s;
-  rd_kafka_conf_set_opaque(conf.get(), this);
-  rd_kafka_conf_set_dr_msg_cb(conf.get(), dead_letter_report);
-  rd_kafka_conf_set_error_cb(conf.get(), [](rd_kafka_t*, int err, const char* reason, void* opaque) {
-    static_cast<dead_letter_sender*>(opaque)->on_error_(static_cast<rd_kafka_resp_err_t>(err), reason);
+  auto rk = create_client(cfg_, dead_letter_producer_spec(), [this](rd_kafka_conf_t* conf) {
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_dr_msg_cb(conf, dead_letter_report);
+    rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int err, const char* reason, void* opaque) {
+      static_cast<dead_letter_sender*>(opaque)->on_error_(static_cast<rd_kafka_resp_err_t>(err), reason);
+    });
   });
-  char err[512];
-  producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof err);
-  if (!producer_) return invalid_argument(std::string("creating dead-letter producer: ") + err);
-  (void)conf.release();  // owned by the producer now
+  if (!rk.ok()) return rk.error();
+  producer_ = rk.value().release();
   return status::ok_status();
 }
 

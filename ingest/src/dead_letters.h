@@ -37,9 +37,6 @@ namespace kstate::ingest {
 
 class dead_letter_sender {
  public:
-  // Sets the properties every client of the engine shares (connection, security, the
-  // log callback); called for each producer created.
-  using configure_fn = std::function<status(rd_kafka_conf_t*)>;
   // Hears the producer's error callback (e.g. authentication failures).
   using error_fn = std::function<void(rd_kafka_resp_err_t, const char* reason)>;
   // Whether transient failures are still worth retrying (false once a stop began).
@@ -48,8 +45,9 @@ class dead_letter_sender {
   // Bytes of the value (and the most bytes of the key) an envelope carries.
   static constexpr size_t envelope_bytes = 1024;
 
-  // `stats` and `metrics` (may be null) outlive the sender.
-  dead_letter_sender(configure_fn configure, error_fn on_error, keep_trying_fn keep_trying, ingest_stats& stats,
+  // `cfg` (the connection and `kafka:` properties of each producer created), `stats`
+  // and `metrics` (may be null) outlive the sender.
+  dead_letter_sender(const ingest_config& cfg, error_fn on_error, keep_trying_fn keep_trying, ingest_stats& stats,
                      prometheus::Registry* metrics);
   ~dead_letter_sender();
   dead_letter_sender(const dead_letter_sender&) = delete;
@@ -84,7 +82,7 @@ class dead_letter_sender {
   bool send(const std::vector<letter*>& group);
   void settle(letter& l);
 
-  configure_fn configure_;
+  const ingest_config& cfg_;
   error_fn on_error_;
   keep_trying_fn keep_trying_;
   ingest_stats& stats_;

@@ -14,27 +14,12 @@
 #include <thread>
 
 #include "agg_pipeline.h"
+#include "batch_loop.h"
 #include "core/guard.h"
 #include "dead_letters.h"
 #include "ingest/batch_builder.h"
-#include "ingest/membership.h"
 
 namespace kstate::ingest {
-namespace {
-
-// librdkafka's logs, routed into the ingest logger with matching levels.
-void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
-  // Group commits are informational (positions live in RocksDB); a commit refused
-  // during a rebalance is expected and not worth a warning.
-  if (std::string_view(fac) == "COMMITFAIL") {
-    log()->debug("librdkafka {}: {}", fac, buf);
-    return;
-  }
-  log()->log(rdkafka_level(level), "librdkafka {}: {}", fac, buf);
-}
-
-
-}  // namespace
 
 struct engine::impl {
   ingest_config cfg;
@@ -61,7 +46,6 @@ struct engine::impl {
   mutable std::mutex fatal_mu;
   std::string fatal;
   std::set<std::string> topics;
-  std::chrono::steady_clock::time_point first_pending{};
   std::chrono::steady_clock::time_point last_commit{};
   // Next offset applied per owned partition: what is committed to the group.
   std::map<std::pair<std::string, int32_t>, int64_t> applied;
@@ -104,25 +88,10 @@ struct engine::impl {
     if (auto why = guarded([this] { run(); })) set_fatal("ingest thread stopped by an exception: " + *why);
   }
 
-  // Properties and the log callback every client of the engine shares.
-  status common_props(rd_kafka_conf_t* conf) {
-    for (const auto& [k, v] : cfg.kafka) {
-      auto s = set_prop(conf, k, v);
-      if (!s.ok()) return s;
-    }
-    if (auto s = set_prop(conf, "bootstrap.servers", cfg.bootstrap_servers); !s.ok()) return s;
-    if (auto s = set_prop(conf, "client.id", cfg.client_id); !s.ok()) return s;
-    rd_kafka_conf_set_log_cb(conf, rdkafka_log);
-    return status::ok_status();
-  }
-
-  // The same, with the error callback; the client's opaque must be this impl.
-  status common_conf(rd_kafka_conf_t* conf) {
-    if (auto s = common_props(conf); !s.ok()) return s;
-    rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int err, const char* reason, void* opaque) {
-      static_cast<impl*>(opaque)->on_error(static_cast<rd_kafka_resp_err_t>(err), reason);
-    });
-    return status::ok_status();
+  // The error callback of the engine's clients, which hands their errors to on_error;
+  // the client's opaque must be this impl.
+  static void error_cb(rd_kafka_t*, int err, const char* reason, void* opaque) {
+    static_cast<impl*>(opaque)->on_error(static_cast<rd_kafka_resp_err_t>(err), reason);
   }
 
   void on_error(rd_kafka_resp_err_t err, const char* reason) {
@@ -152,55 +121,25 @@ struct engine::impl {
   }
 
   status create_consumer() {
-    conf_ptr conf(rd_kafka_conf_new());
-    // Defaults the kafka: map may change. The prefetch queue and the fetch buffers are
-    // part of kstate's fixed memory overhead (docs/operations.md): librdkafka's defaults
-    // (64 MiB queue, 50 MiB fetches) would dwarf a small RocksDB budget; 8 MiB each
-    // still keeps ingest at full speed.
-    const std::pair<const char*, const char*> defaults[] = {
-        {"isolation.level", "read_committed"},
-        {"queued.max.messages.kbytes", "8192"},
-        {"fetch.max.bytes", "8388608"},
-        {"receive.message.max.bytes", "9437184"},
-    };
-    for (const auto& [k, v] : defaults)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    if (auto s = common_conf(conf.get()); !s.ok()) return s;
-    const std::pair<const char*, std::string> fixed[] = {
-        {"group.id", cfg.application_id},
-        {"partition.assignment.strategy", "cooperative-sticky"},
-        // Positions live in RocksDB with the state; group commits are informational.
-        {"enable.auto.commit", "false"},
-        {"enable.auto.offset.store", "false"},
-        {"auto.offset.reset", "earliest"},
-        {"enable.partition.eof", "true"},
-    };
-    for (const auto& [k, v] : fixed)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    // The group description then names this member's endpoint (membership_watcher).
-    if (!cfg.advertised_endpoint.empty())
-      if (auto s = set_prop(conf.get(), "client.id", encode_member_client_id(cfg.client_id, cfg.advertised_endpoint));
-          !s.ok())
-        return s;
-    rd_kafka_conf_set_opaque(conf.get(), this);
-    rd_kafka_conf_set_rebalance_cb(conf.get(), [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
-                                                  rd_kafka_topic_partition_list_t* parts, void* opaque) {
-      // Nothing may unwind through librdkafka's C frames.
-      auto* self = static_cast<impl*>(opaque);
-      if (auto why = guarded([&] { self->on_rebalance(rk, err, parts); }))
-        self->set_fatal("rebalance callback stopped by an exception: " + *why);
+    auto rk = create_client(cfg, engine_consumer_spec(cfg), [this](rd_kafka_conf_t* conf) {
+      rd_kafka_conf_set_error_cb(conf, error_cb);
+      rd_kafka_conf_set_opaque(conf, this);
+      rd_kafka_conf_set_rebalance_cb(conf, [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                                              rd_kafka_topic_partition_list_t* parts, void* opaque) {
+        // Nothing may unwind through librdkafka's C frames.
+        auto* self = static_cast<impl*>(opaque);
+        if (auto why = guarded([&] { self->on_rebalance(rk, err, parts); }))
+          self->set_fatal("rebalance callback stopped by an exception: " + *why);
+      });
     });
-    char err[512];
-    consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf.release(), err, sizeof err);
-    if (!consumer) return invalid_argument(std::string("creating consumer: ") + err);
-    rd_kafka_poll_set_consumer(consumer);
+    if (!rk.ok()) return rk.error();
+    consumer = rk.value().release();
     return status::ok_status();
   }
 
   status create_dead_letter_sender() {
     dead_letters = std::make_unique<dead_letter_sender>(
-        [this](rd_kafka_conf_t* conf) { return common_props(conf); },
-        [this](rd_kafka_resp_err_t err, const char* reason) { on_error(err, reason); },
+        cfg, [this](rd_kafka_resp_err_t err, const char* reason) { on_error(err, reason); },
         [this] { return running.load(); }, stats, metrics);
     return dead_letters->start();
   }
@@ -449,59 +388,42 @@ struct engine::impl {
     last_commit = std::chrono::steady_clock::now();
   }
 
+  // What a hook returns when flush() wrote nothing: the engine failed (already
+  // reported) or a stop gave the batch up. Either way the loop ends.
+  static status not_written() { return unavailable("the pending batch was not written"); }
+
   void run() {
-    using clock = std::chrono::steady_clock;
-    while (running) {
-      bool pending = builder->pending_records() > 0;
-      auto timeout = pending ? 0 : 100;
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, timeout);
-      if (m) {
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-          std::string topic = rd_kafka_topic_name(m->rkt);
-          int32_t part = m->partition;
-          int64_t eof = m->offset;
-          rd_kafka_message_destroy(m);
-          // Everything up to the end was consumed; once written, the partition is current.
-          if (!flush()) break;
-          check_ready(topic, part, eof);
-          continue;
-        }
-        if (m->err) {
-          log()->warn("consumer: {}", rd_kafka_message_errstr(m));
-          bool fatal_err = m->err == RD_KAFKA_RESP_ERR__FATAL;
-          rd_kafka_message_destroy(m);
-          if (fatal_err) { set_fatal("fatal consumer error"); break; }
-          continue;
-        }
-        ++stats.consumed;
-        if (builder->pending_records() == 0) first_pending = clock::now();
-        record r;
-        r.topic = rd_kafka_topic_name(m->rkt);
-        r.partition = m->partition;
-        r.offset = m->offset;
-        r.timestamp = rd_kafka_message_timestamp(m, nullptr);
-        if (m->key) r.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
-        if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
-        builder->add(r);
-        if (agg && agg->handles(r.topic)) {
-          if (auto s = agg->add(r); !s.ok()) {
-            rd_kafka_message_destroy(m);
-            set_fatal("applying aggregate: " + s.to_string());
-            break;
-          }
-        }
-        rd_kafka_message_destroy(m);
-      }
-      pending = builder->pending_records() > 0;
-      if (pending && (!m || builder->pending_records() >= static_cast<size_t>(cfg.max_batch_records) ||
-                      clock::now() - first_pending >= cfg.max_batch_delay)) {
-        if (!flush()) break;
-      }
-      if (clock::now() - last_commit >= cfg.commit_interval) commit_positions(false);
-      if (clock::now() - last_progress >= std::chrono::seconds(1)) publish_progress();
+    batch_loop_options options{"consumer", static_cast<size_t>(cfg.max_batch_records), cfg.max_batch_delay, 100};
+    batch_loop_hooks hooks;
+    hooks.each_turn = [this] {
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_commit >= cfg.commit_interval) commit_positions(false);
+      if (now - last_progress >= std::chrono::seconds(1)) publish_progress();
       if (dead_letters) dead_letters->poll();
       if (agg) agg->poll();
-    }
+      return status::ok_status();
+    };
+    hooks.after_add = [this](const record& r) {
+      ++stats.consumed;
+      if (agg && agg->handles(r.topic)) {
+        if (auto s = agg->add(r); !s.ok()) {
+          set_fatal("applying aggregate: " + s.to_string());
+          return s;
+        }
+      }
+      return status::ok_status();
+    };
+    hooks.at_end = [this](const std::string& topic, int32_t partition, int64_t end) {
+      // Everything up to the end was consumed; once written, the partition is current.
+      if (!flush()) return not_written();
+      check_ready(topic, partition, end);
+      return status::ok_status();
+    };
+    hooks.write = [this] { return flush() ? status::ok_status() : not_written(); };
+    auto s = run_batch_loop(consumer, *builder, running, options, hooks);
+    // Failures of the hooks were reported where they happened; what is left is the
+    // consumer's own fatal error.
+    if (!s.ok() && !failed && !abandoned) set_fatal(s.message());
   }
 };
 

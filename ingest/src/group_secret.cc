@@ -11,41 +11,6 @@ namespace {
 
 constexpr std::size_t secret_bytes = 32;
 
-struct handle_deleter {
-  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
-};
-using handle_ptr = std::unique_ptr<rd_kafka_t, handle_deleter>;
-
-result<handle_ptr> make_client(const ingest_config& cfg, rd_kafka_type_t type, const std::string& suffix) {
-  conf_ptr conf(rd_kafka_conf_new());
-  for (const auto& [k, v] : cfg.kafka)
-    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-  const std::pair<const char*, std::string> fixed[] = {{"bootstrap.servers", cfg.bootstrap_servers},
-                                                       {"client.id", cfg.client_id + "-" + suffix}};
-  for (const auto& [k, v] : fixed)
-    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-  if (type == RD_KAFKA_PRODUCER) {
-    if (auto s = set_prop(conf.get(), "enable.idempotence", "true"); !s.ok()) return s;
-  } else {
-    // Never joins: assign() only.
-    for (const auto& [k, v] : {std::pair<const char*, const char*>{"enable.auto.commit", "false"},
-                               {"enable.partition.eof", "true"},
-                               {"auto.offset.reset", "earliest"},
-                               {"isolation.level", "read_committed"}})
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "group.id", cfg.application_id + ".secret"); !s.ok()) return s;
-  }
-  rd_kafka_conf_set_log_cb(conf.get(), [](const rd_kafka_t*, int level, const char* fac, const char* buf) {
-    log()->log(rdkafka_level(level), "librdkafka {}: {}", fac, buf);
-  });
-  char err[512];
-  rd_kafka_t* rk = rd_kafka_new(type, conf.get(), err, sizeof err);
-  if (!rk) return invalid_argument(std::string("group secret client: ") + err);
-  conf.release();  // owned by the handle now
-  if (type == RD_KAFKA_CONSUMER) rd_kafka_poll_set_consumer(rk);
-  return handle_ptr(rk);
-}
-
 status create_topic(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout) {
   char err[512];
   rd_kafka_NewTopic_t* nt = rd_kafka_NewTopic_new(topic.c_str(), 1, -1, err, sizeof err);
@@ -120,10 +85,10 @@ std::string group_secret_topic(const std::string& application_id) { return appli
 result<std::string> read_group_secret(const ingest_config& cfg, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto topic = group_secret_topic(cfg.application_id);
-  auto producer = make_client(cfg, RD_KAFKA_PRODUCER, "secret");
+  auto producer = create_client(cfg, group_secret_spec(cfg, RD_KAFKA_PRODUCER));
   if (!producer.ok()) return producer.error();
   if (auto s = create_topic(producer->get(), topic, timeout); !s.ok()) return s;
-  auto consumer = make_client(cfg, RD_KAFKA_CONSUMER, "secret");
+  auto consumer = create_client(cfg, group_secret_spec(cfg, RD_KAFKA_CONSUMER));
   if (!consumer.ok()) return consumer.error();
   for (int attempt = 0;; ++attempt) {
     auto first = first_record(consumer->get(), topic, deadline);

@@ -17,16 +17,6 @@
 namespace kstate::ingest {
 namespace {
 
-void rdkafka_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
-  // The `kafka:` properties are shared with the consumer; that this admin-only producer
-  // handle ignores the consumer's (session.timeout.ms, ...) is expected, not a warning.
-  if (std::string_view(fac) == "CONFWARN" && std::string_view(buf).find("is a consumer property") != std::string_view::npos) {
-    log()->debug("membership librdkafka {}: {}", fac, buf);
-    return;
-  }
-  log()->log(rdkafka_level(level), "membership librdkafka {}: {}", fac, buf);
-}
-
 // The separator between the client id and the fields after it, and the one field
 // kstate writes. Other fields (from a later version) are skipped by the parser.
 constexpr char field_sep = ';';
@@ -157,21 +147,14 @@ struct membership_watcher::impl {
   }
 
   status create_handle() {
-    conf_ptr conf(rd_kafka_conf_new());
-    for (const auto& [k, v] : kafka_cfg.kafka)
-      if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-    if (auto s = set_prop(conf.get(), "bootstrap.servers", kafka_cfg.bootstrap_servers); !s.ok()) return s;
-    // Not a group member: a plain client id, without the endpoint.
-    if (auto s = set_prop(conf.get(), "client.id", kafka_cfg.client_id); !s.ok()) return s;
-    rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
-    rd_kafka_conf_set_error_cb(conf.get(), [](rd_kafka_t*, int err, const char* reason, void*) {
-      log()->debug("membership librdkafka error: {}: {}", rd_kafka_err2str(static_cast<rd_kafka_resp_err_t>(err)),
-                   reason);
+    auto client = create_client(kafka_cfg, membership_client_spec(), [](rd_kafka_conf_t* conf) {
+      rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int err, const char* reason, void*) {
+        log()->debug("membership librdkafka error: {}: {}", rd_kafka_err2str(static_cast<rd_kafka_resp_err_t>(err)),
+                     reason);
+      });
     });
-    char err[512];
-    // A producer-type handle never joins a group and sends nothing unless asked.
-    rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf.release(), err, sizeof err);
-    if (!rk) return invalid_argument(std::string("creating membership admin client: ") + err);
+    if (!client.ok()) return client.error();
+    rk = client.value().release();
     queue = rd_kafka_queue_new(rk);
     return status::ok_status();
   }

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "batch_loop.h"
 #include "core/guard.h"
 #include "ingest/batch_builder.h"
 
@@ -164,12 +165,15 @@ struct standby_engine::impl {
     return status::ok_status();
   }
 
-  // The thread's loop; returns an error that ends the copies.
+  // The thread's loop (the owner's batch loop, with the claims as a fence); returns an
+  // error that ends the copies.
   status run() {
     auto last_plan = std::chrono::steady_clock::time_point{};
-    auto first_pending = std::chrono::steady_clock::time_point{};
     bool replan = false;  // a batch was dropped: positions must be read again
-    while (running) {
+    batch_loop_options options{"standby consumer", static_cast<size_t>(cfg.max_batch_records),
+                               cfg.max_batch_delay, 50};
+    batch_loop_hooks hooks;
+    hooks.each_turn = [&]() -> status {
       // Hand-overs first: the owner is waiting for them.
       std::set<tp> releasing, excluded;
       {
@@ -178,56 +182,40 @@ struct standby_engine::impl {
         excluded = claimed;
       }
       auto now = std::chrono::steady_clock::now();
-      if (!releasing.empty() || replan || now - last_plan >= std::chrono::milliseconds(500)) {
-        auto want = desired(excluded);
-        std::lock_guard lock(mu);
-        // Claims may have come since `want` was computed.
-        for (const auto& p : claimed) want.erase(p);
-        if (want != current || !releasing.empty() || replan)
-          if (auto s = reassign(want); !s.ok()) return s;
-        replan = false;
-        last_plan = now;
-        if (!releasing.empty()) {
-          for (const auto& p : releasing) release_requests.erase(p);
-          released_cv.notify_all();
-        }
+      if (releasing.empty() && !replan && now - last_plan < std::chrono::milliseconds(500))
+        return status::ok_status();
+      auto want = desired(excluded);
+      std::lock_guard lock(mu);
+      // Claims may have come since `want` was computed.
+      for (const auto& p : claimed) want.erase(p);
+      if (want != current || !releasing.empty() || replan)
+        if (auto s = reassign(want); !s.ok()) return s;
+      replan = false;
+      last_plan = now;
+      if (!releasing.empty()) {
+        for (const auto& p : releasing) release_requests.erase(p);
+        released_cv.notify_all();
       }
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, builder->pending_records() ? 0 : 50);
-      if (m) {
-        if (!m->err) {
-          tp key{rd_kafka_topic_name(m->rkt), m->partition};
-          bool keep;
-          {
-            std::lock_guard lock(mu);
-            keep = current.count(key) > 0 && !claimed.count(key);
-          }
-          if (keep) {
-            if (builder->pending_records() == 0) first_pending = std::chrono::steady_clock::now();
-            record r;
-            r.topic = key.first;
-            r.partition = m->partition;
-            r.offset = m->offset;
-            if (m->key) r.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
-            if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
-            builder->add(r);
-          }
-        }
-        rd_kafka_message_destroy(m);
+      return status::ok_status();
+    };
+    hooks.accept = [&](const record& r) {
+      tp key{std::string(r.topic), r.partition};
+      std::lock_guard lock(mu);
+      return current.count(key) > 0 && !claimed.count(key);
+    };
+    hooks.write = [&]() -> status {
+      if (before_write_for_testing) {
+        std::vector<tp> touched;
+        for (const auto& [p, next] : builder->touched()) touched.push_back(p);
+        before_write_for_testing(touched);
       }
-      if (builder->pending_records() &&
-          (!m || builder->pending_records() >= static_cast<size_t>(cfg.max_batch_records) ||
-           std::chrono::steady_clock::now() - first_pending >= cfg.max_batch_delay)) {
-        if (before_write_for_testing) {
-          std::vector<tp> touched;
-          for (const auto& [p, next] : builder->touched()) touched.push_back(p);
-          before_write_for_testing(touched);
-        }
-        std::lock_guard lock(mu);
-        bool dropped = false;
-        if (auto s = write_pending(dropped); !s.ok()) return s;
-        replan = replan || dropped;
-      }
-    }
+      std::lock_guard lock(mu);
+      bool dropped = false;
+      if (auto s = write_pending(dropped); !s.ok()) return s;
+      replan = replan || dropped;
+      return status::ok_status();
+    };
+    if (auto s = run_batch_loop(consumer, *builder, running, options, hooks); !s.ok()) return s;
     std::lock_guard lock(mu);
     bool dropped = false;
     return write_pending(dropped);
@@ -274,30 +262,9 @@ status standby_engine::start() {
   auto builder = batch_builder::create(i.db, i.views, i.cfg.max_json_depth);
   if (!builder.ok()) return builder.error();
   i.builder = std::move(builder.value());
-  conf_ptr conf(rd_kafka_conf_new());
-  const std::pair<const char*, const char*> defaults[] = {{"queued.max.messages.kbytes", "8192"},
-                                                          {"fetch.max.bytes", "8388608"},
-                                                          {"receive.message.max.bytes", "9437184"},
-                                                          {"isolation.level", "read_committed"}};
-  for (const auto& [k, v] : defaults)
-    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-  for (const auto& [k, v] : i.cfg.kafka)
-    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-  const std::pair<const char*, std::string> fixed[] = {
-      {"bootstrap.servers", i.cfg.bootstrap_servers},
-      {"client.id", i.cfg.client_id + "-standby"},
-      {"enable.auto.commit", "false"},
-      {"enable.auto.offset.store", "false"},
-      // librdkafka wants a group id even for a consumer that only assigns; this one
-      // never joins it (no subscribe) and commits nothing to it.
-      {"group.id", i.cfg.application_id + ".standby"}};
-  for (const auto& [k, v] : fixed)
-    if (auto s = set_prop(conf.get(), k, v); !s.ok()) return s;
-  char err[512];
-  i.consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof err);
-  if (!i.consumer) return invalid_argument(std::string("standby consumer: ") + err);
-  (void)conf.release();  // owned by the consumer now
-  rd_kafka_poll_set_consumer(i.consumer);
+  auto consumer = create_client(i.cfg, standby_consumer_spec(i.cfg));
+  if (!consumer.ok()) return consumer.error();
+  i.consumer = consumer.value().release();
   i.running = true;
   {
     std::lock_guard lock(i.mu);

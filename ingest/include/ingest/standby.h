@@ -7,9 +7,9 @@
 // in the group (members ordered by endpoint) keep a standby copy. The choice is read
 // from the group membership, so every instance computes the same answer.
 //
-// How: a second librdkafka consumer with plain assign (no group), applying records with
-// the same rule as the owner: one RocksDB batch holds the state changes and the
-// partition's next offset.
+// How: a second librdkafka consumer with plain assign (no group), running the owner's
+// batch loop: one RocksDB batch holds the state changes and the partition's next
+// offset, records keep their timestamps, and only what a write does differs.
 //
 // Hand-over: before the group consumer takes a partition over, it calls release(),
 // which claims the partition and waits (at most ingest_config::standby_release_timeout)
