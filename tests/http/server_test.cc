@@ -120,6 +120,7 @@ TEST_CASE("request: header() is case-insensitive, param() returns the first valu
   CHECK_FALSE(req.header("accept").has_value());
   req.query = {{"k", "first"}, {"k", "second"}};
   CHECK(req.param("k") == "first");
+}
 
 TEST_CASE("server: one keep-alive connection answers three requests in a row") {
   running_server srv;
