@@ -484,7 +484,7 @@ void apply_record(table_model& m, const produced& r) {
 }
 
 std::string peer_signature(const std::string& secret, const std::string& method, const std::string& target,
-                           const std::string& body) {
+                           const std::string& body, int64_t at_ms) {
   auto hex = [](const unsigned char* p, size_t n) {
     std::string out;
     char buf[3];
@@ -496,9 +496,10 @@ std::string peer_signature(const std::string& secret, const std::string& method,
   };
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(body.data()), body.size(), digest);
-  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  const auto now = at_ms != 0 ? at_ms
+                              : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
   const std::string msg = "v1\n" + std::to_string(now) + "\n" + method + "\n" + target + "\n" + hex(digest, sizeof digest);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

@@ -102,8 +102,9 @@ class http_client {
 // "v1;t=<unix ms>;s=<hex HMAC-SHA256(secret, "v1\n<t>\n<method>\n<target>\n<hex
 // SHA-256(body)>")>", the signature scheme of server/src/api/peer_auth.h, written out
 // here on its own so the test checks the server against the documented scheme.
+// Signed at `at_ms` (unix ms), or now when 0.
 std::string peer_signature(const std::string& secret, const std::string& method, const std::string& target,
-                           const std::string& body);
+                           const std::string& body, int64_t at_ms = 0);
 
 // Percent-encodes every byte outside the unreserved set (RFC 3986).
 std::string pct(const std::string& s);

@@ -154,7 +154,11 @@ void dispatcher::handle(const http::request& req, http::responder reply) {
                           req.path));
   }
   if (r.waits) {
-    auto bound = min_position_of(st, req);
+    // The store's partition count, when the store exists and its metadata is known; an
+    // unknown store is the handler's 404.
+    int32_t partition_count = 0;
+    if (const auto* v = st.ctx.queries->find_store(c.store)) partition_count = st.ctx.ownership->partition_count(v->topic);
+    auto bound = min_position_of(st, req, partition_count);
     if (!bound.ok()) return finish(std::move(bound).error());
     if (*bound) {
       c.min_position = std::move((*bound)->bound);

@@ -108,7 +108,7 @@ param<std::pair<int64_t, int64_t>> interval_of(const call& c) {
   return out;
 }
 
-param<std::optional<wait_bound>> min_position_of(const state& st, const http::request& req) {
+param<std::optional<wait_bound>> min_position_of(const state& st, const http::request& req, int32_t partition_count) {
   auto text = req.param("min_position");
   if (!text) text = req.header("x-kstate-min-position");
   if (!text) return std::optional<wait_bound>();
@@ -116,6 +116,16 @@ param<std::optional<wait_bound>> min_position_of(const state& st, const http::re
   if (!bound)
     return problem(failure_reason::bad_position,
                    "min_position must be partition:offset pairs separated by commas, e.g. 0:42,3:7", req.path);
+  // Never silently ignored: a lookup reads one partition and would pass over a pair
+  // naming another, but a partition the topic does not have is the caller's mistake
+  // (another topic's offsets), and read-your-writes would quietly not hold.
+  if (partition_count > 0)
+    for (const auto& [p, o] : *bound)
+      if (p >= partition_count)
+        return problem(failure_reason::bad_position,
+                       "min_position names partition " + std::to_string(p) + "; the store's topic has partitions 0.." +
+                           std::to_string(partition_count - 1),
+                       req.path);
   auto wait = st.ctx.limits.default_wait;
   if (auto t = req.param("timeout_ms")) {
     auto v = parse_int(*t);

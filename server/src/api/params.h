@@ -49,12 +49,13 @@ param<bool> descending_of(const call& c);
 param<std::pair<int64_t, int64_t>> interval_of(const call& c);
 
 // min_position ("p:o[,p:o...]", or the X-Kstate-Min-Position header) and timeout_ms:
-// nullopt when not given.
+// nullopt when not given. A partition at or beyond `partition_count` (the store's
+// topic's; 0 when not known, then unchecked) can never be reached and is refused.
 struct wait_bound {
   position bound;
   std::chrono::milliseconds timeout;
 };
-param<std::optional<wait_bound>> min_position_of(const state& st, const http::request& req);
+param<std::optional<wait_bound>> min_position_of(const state& st, const http::request& req, int32_t partition_count);
 
 // `partitions` (a peer's part of a gather): distinct partitions of the topic, in the
 // order given; nullopt when absent.
