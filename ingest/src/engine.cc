@@ -427,18 +427,6 @@ struct engine::impl {
   }
 };
 
-status check_kafka_properties(const std::map<std::string, std::string>& props) {
-  conf_ptr conf(rd_kafka_conf_new());
-  for (const auto& [k, v] : props) {
-    char err[512];
-    if (rd_kafka_conf_set(conf.get(), k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
-      return invalid_argument("kafka." + k + ": " + err);
-  }
-  return status::ok_status();
-}
-
-std::string librdkafka_version() { return rd_kafka_version_str(); }
-
 engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, ownership_registry& ownership,
                prometheus::Registry* metrics, change_notifier* notifier)
     : impl_(std::make_unique<impl>(std::move(cfg), std::move(views), db, ownership)) {
