@@ -2,48 +2,43 @@
 
 #include <sys/stat.h>
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <filesystem>
-#include <map>
-#include <mutex>
 #include <random>
-#include <thread>
 
-#include <rocksdb/cache.h>
-#include <rocksdb/compaction_filter.h>
-#include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
-#include <rocksdb/utilities/options_util.h>
-#include <rocksdb/statistics.h>
 #include <rocksdb/version.h>
 #include <rocksdb/write_batch.h>
 #include <rocksdb/write_buffer_manager.h>
 #include <spdlog/spdlog.h>
 
 #include "core/log.h"
+#include "db_impl.h"
 #include "storage/key_codec.h"
 
 namespace kstate::storage {
-namespace {
 
-constexpr const char* meta_cf_name = "__kstate_meta";
-
-// Converts a RocksDB status at the module edge.
 status from_rocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return status::ok_status();
   std::string msg = std::string(what) + ": " + s.ToString();
-  if (s.IsCorruption()) return {status_code::corruption, msg};
-  if (s.IsInvalidArgument()) return {status_code::invalid_argument, msg};
-  if (s.IsNotFound()) return {status_code::not_found, msg};
-  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return {status_code::unavailable, msg};
+  if (s.IsCorruption()) return status(status_code::corruption, msg);
+  if (s.IsInvalidArgument()) return invalid_argument(msg);
+  if (s.IsNotFound()) return not_found_error(msg);
+  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return unavailable(msg);
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
-    return {status_code::unavailable, msg};
-  return {status_code::io_error, msg};
+    return unavailable(msg);
+  return io_error(msg);
 }
+
+std::shared_ptr<spdlog::logger> storage_log() {
+  static const auto l = module_logger("storage");
+  return l;
+}
+
+namespace {
+
+constexpr const char* meta_cf_name = "__kstate_meta";
 
 result<rocksdb::CompressionType> parse_compression(const std::string& name) {
   if (name == "none") return rocksdb::kNoCompression;
@@ -59,10 +54,6 @@ result<rocksdb::CompactionStyle> parse_compaction_style(const std::string& name)
   return invalid_argument("compaction_style must be one of level, universal (got '" + name + "')");
 }
 
-std::shared_ptr<spdlog::logger> storage_log() {
-  static const auto l = module_logger("storage");
-  return l;
-}
 
 // RocksDB's info log, routed into the storage logger (warnings and above by default;
 // RocksDB's own INFO chatter goes to debug).
@@ -114,148 +105,20 @@ result<rocksdb::ColumnFamilyOptions> cf_options(const store_options& o, const st
   return cf;
 }
 
-// Retention of one windowed view: each partition's stream time as last written, and the
-// windows the compaction filter deleted.
-struct window_expiry {
-  window_spec spec;
-  std::atomic<uint64_t> expired{0};
-  mutable std::mutex mu;
-  std::map<int32_t, int64_t> stream_time;  // guarded by mu
-  // First live start per partition when db::expire_windows last compacted the view.
-  // Only touched under db::impl::expire_mu.
-  std::map<int32_t, int64_t> compacted;
-
-  // Per partition with a stream time: windows starting before this are expired.
-  std::map<int32_t, int64_t> cutoffs() const {
-    std::map<int32_t, int64_t> out;
-    std::lock_guard lock(mu);
-    for (const auto& [p, t] : stream_time)
-      if (t >= 0) out.emplace(p, first_live_start(spec, t));
-    return out;
-  }
-};
-
-// Deletes the windows that were expired when the compaction started. The stored key is
-// partition (4 bytes BE) ++ encode_windowed_key(key, start), whose last 8 bytes are the
-// start, big-endian with the sign bit flipped (core/window.h). A removed entry becomes a
-// deletion marker, so no older version of the window resurfaces from a lower level.
-class window_expiry_filter final : public rocksdb::CompactionFilter {
- public:
-  window_expiry_filter(std::map<int32_t, int64_t> cutoffs, std::atomic<uint64_t>& expired)
-      : cutoffs_(std::move(cutoffs)), expired_(expired) {}
-
-  bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice&, std::string*, bool*) const override {
-    constexpr size_t shortest = 4 + 2 + 8;  // partition, empty key's terminator, start
-    if (key.size() < shortest) return false;
-    const auto* b = reinterpret_cast<const unsigned char*>(key.data());
-    auto partition = static_cast<int32_t>(uint32_t{b[0]} << 24 | uint32_t{b[1]} << 16 | uint32_t{b[2]} << 8 | b[3]);
-    auto it = cutoffs_.find(partition);
-    if (it == cutoffs_.end()) return false;
-    uint64_t u = 0;
-    for (size_t j = key.size() - 8; j < key.size(); ++j) u = (u << 8) | b[j];
-    auto start = static_cast<int64_t>(u ^ (uint64_t{1} << 63));
-    if (start >= it->second) return false;
-    expired_.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-  const char* Name() const override { return "kstate.window_expiry"; }
-
- private:
-  std::map<int32_t, int64_t> cutoffs_;
-  std::atomic<uint64_t>& expired_;
-};
-
-class window_expiry_filter_factory final : public rocksdb::CompactionFilterFactory {
- public:
-  explicit window_expiry_filter_factory(std::shared_ptr<window_expiry> state) : state_(std::move(state)) {}
-  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(const rocksdb::CompactionFilter::Context&) override {
-    return std::make_unique<window_expiry_filter>(state_->cutoffs(), state_->expired);
-  }
-  const char* Name() const override { return "kstate.window_expiry"; }
-
- private:
-  std::shared_ptr<window_expiry> state_;
-};
-
 }  // namespace
 
-struct db::impl {
-  std::shared_ptr<rocksdb::Statistics> statistics;
-  std::unique_ptr<rocksdb::DB> rdb;
-  std::shared_ptr<rocksdb::Cache> cache;
-  rocksdb::ColumnFamilyHandle* meta = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // every opened column family
-  std::vector<rocksdb::ColumnFamilyHandle*> views;    // indexed by view_id
-  std::vector<std::string> view_names;                // indexed by view_id
-  std::map<uint32_t, view_id> by_cf_id;               // column family id -> view_id
-  std::map<std::string, view_id, std::less<>> by_name;
-
-  // Windowed views: retention state by view, and by the name of their stream-time position.
-  std::map<view_id, std::shared_ptr<window_expiry>> expiry;
-  std::map<std::string, window_expiry*, std::less<>> expiry_by_position;
-  std::mutex expire_mu;  // one expiry pass at a time
-  std::thread expiry_thread;
-  std::mutex thread_mu;
-  std::condition_variable thread_cv;
-  bool stopping = false;  // guarded by thread_mu
-
-  result<int> expire() {
-    std::lock_guard lock(expire_mu);
-    int compacted = 0;
-    for (auto& [view, state] : expiry) {
-      auto now = state->cutoffs();
-      bool advanced = false;
-      for (const auto& [p, cutoff] : now) {
-        auto it = state->compacted.find(p);
-        if (it == state->compacted.end() || it->second < cutoff) advanced = true;
-      }
-      if (!advanced) continue;
-      rocksdb::CompactRangeOptions o;
-      o.exclusive_manual_compaction = false;  // automatic compactions go on meanwhile
-      o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
-      auto s = rdb->CompactRange(o, views.at(view), nullptr, nullptr);
-      if (!s.ok()) return from_rocks(s, "compacting expired windows of '" + view_names.at(view) + "'");
-      state->compacted = std::move(now);
-      ++compacted;
-    }
-    return compacted;
+db::impl::~impl() {
+  stop_expiry();
+  for (auto* h : handles) {
+    if (h == rdb->DefaultColumnFamily()) continue;
+    auto s = rdb->DestroyColumnFamilyHandle(h);
+    if (!s.ok()) spdlog::warn("storage: destroying column family handle: {}", s.ToString());
   }
-
-  void run_expiry(std::chrono::milliseconds every) {
-    std::unique_lock lock(thread_mu);
-    while (!thread_cv.wait_for(lock, every, [&] { return stopping; })) {
-      lock.unlock();
-      auto started = std::chrono::steady_clock::now();
-      auto done = expire();
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
-      lock.lock();
-      if (stopping) break;
-      if (!done.ok()) storage_log()->warn("expiring windows: {}", done.error().message());
-      else if (*done > 0) storage_log()->info("expired windows: compacted {} windowed view(s) in {} ms", *done, ms.count());
-    }
+  if (rdb) {
+    auto s = rdb->Close();
+    if (!s.ok()) spdlog::warn("storage: close: {}", s.ToString());
   }
-
-  ~impl() {
-    if (expiry_thread.joinable()) {
-      {
-        std::lock_guard lock(thread_mu);
-        stopping = true;
-      }
-      thread_cv.notify_all();
-      rdb->DisableManualCompaction();  // ends a running pass early
-      expiry_thread.join();
-    }
-    for (auto* h : handles) {
-      if (h == rdb->DefaultColumnFamily()) continue;
-      auto s = rdb->DestroyColumnFamilyHandle(h);
-      if (!s.ok()) spdlog::warn("storage: destroying column family handle: {}", s.ToString());
-    }
-    if (rdb) {
-      auto s = rdb->Close();
-      if (!s.ok()) spdlog::warn("storage: close: {}", s.ToString());
-    }
-  }
-};
+}
 
 struct write_batch::impl {
   const db::impl* owner;
@@ -460,15 +323,14 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     auto it = opts.per_store.find(n);
     auto cf = it == opts.per_store.end() ? *defaults : *cf_options(it->second, i->cache);
     if (auto e = expiry.find(n); e != expiry.end())
-      cf.compaction_filter_factory = std::make_shared<window_expiry_filter_factory>(e->second);
+      cf.compaction_filter_factory = make_window_expiry_filter_factory(e->second);
     descs.emplace_back(n, std::move(cf));
   }
   rocksdb::DB* raw = nullptr;
   auto s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
-      return status(status_code::unavailable,
-                    "state directory '" + opts.path + "' is in use by another process (RocksDB LOCK held): " + s.ToString());
+      return unavailable("state directory '" + opts.path + "' is in use by another process (RocksDB LOCK held): " + s.ToString());
     return from_rocks(s, "opening RocksDB at '" + opts.path + "'");
   }
   i->rdb.reset(raw);
@@ -485,28 +347,14 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     i->by_name.emplace(v, id);
   }
 
-  // Stream times as stored: "pos" 0x00 name 0x00 partition (4 bytes).
   for (auto& [name, state] : expiry) {
     const auto& position = opts.windowed.at(name).stream_time_position;
-    auto prefix = encode_position_key(position, 0);
-    prefix.resize(prefix.size() - 4);
-    std::unique_ptr<rocksdb::Iterator> it(i->rdb->NewIterator(rocksdb::ReadOptions(), i->meta));
-    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-      auto k = it->key();
-      if (k.size() != prefix.size() + 4) continue;
-      auto part = decode_data_key(std::string_view(k.data() + prefix.size(), 4));
-      auto t = decode_offset(std::string_view(it->value().data(), it->value().size()));
-      if (part && t) state->stream_time[part->partition] = *t;
-    }
-    if (!it->status().ok()) return from_rocks(it->status(), "reading stream times of '" + name + "'");
+    if (auto st = load_stream_times(*i->rdb, i->meta, name, position, *state); !st.ok()) return st;
     i->expiry_by_position.emplace(position, state.get());
     i->expiry.emplace(i->by_name.at(name), std::move(state));
   }
-  if (!i->expiry.empty() && opts.window_expiry_interval_ms > 0) {
-    auto* raw_impl = i.get();
-    auto every = std::chrono::milliseconds(opts.window_expiry_interval_ms);
-    i->expiry_thread = std::thread([raw_impl, every] { raw_impl->run_expiry(every); });
-  }
+  if (!i->expiry.empty() && opts.window_expiry_interval_ms > 0)
+    i->start_expiry(std::chrono::milliseconds(opts.window_expiry_interval_ms));
   return std::unique_ptr<db>(new db(std::move(i)));
 }
 
@@ -543,8 +391,6 @@ status db::write(write_batch& batch) {
     }
   return s;
 }
-
-result<int> db::expire_windows() { return impl_->expire(); }
 
 result<std::optional<int64_t>> db::stored_position(view_id view, int32_t partition) const {
   std::string v;
@@ -644,125 +490,6 @@ db_stats db::stats() const {
 
 std::string db::rocksdb_version() {
   return std::to_string(ROCKSDB_MAJOR) + "." + std::to_string(ROCKSDB_MINOR) + "." + std::to_string(ROCKSDB_PATCH);
-}
-
-namespace {
-
-class rocks_partition_iterator final : public partition_iterator {
- public:
-  rocks_partition_iterator(rocksdb::DB* rdb, rocksdb::ColumnFamilyHandle* cf, const rocksdb::Snapshot* snap,
-                           int32_t partition, const std::optional<std::string>& lower,
-                           const std::optional<std::string>& upper, bool descending, scan_use use)
-      : descending_(descending) {
-    // Bounds in encoded space: the partition prefix keeps iteration inside the partition.
-    lower_ = encode_data_key(partition, lower.value_or(std::string()));
-    upper_ = upper ? encode_data_key(partition, *upper) : encode_data_key(partition + 1, {});
-    if (partition == INT32_MAX && !upper) upper_ = std::string(5, '\xff');
-    lower_slice_ = rocksdb::Slice(lower_);
-    upper_slice_ = rocksdb::Slice(upper_);
-    rocksdb::ReadOptions ro;
-    ro.snapshot = snap;
-    ro.iterate_lower_bound = &lower_slice_;
-    ro.iterate_upper_bound = &upper_slice_;
-    // A sweep of a whole store would evict the lookups' working set from the shared
-    // cache; a page reads few blocks, which the next page or scan of the range reads again.
-    ro.fill_cache = use == scan_use::page;
-    it_.reset(rdb->NewIterator(ro, cf));
-    if (descending_) it_->SeekToLast();
-    else it_->SeekToFirst();
-  }
-  bool valid() const override { return it_->Valid(); }
-  std::string_view key() const override {
-    auto k = it_->key();
-    return std::string_view(k.data() + 4, k.size() - 4);
-  }
-  std::string_view value() const override {
-    auto v = it_->value();
-    return std::string_view(v.data(), v.size());
-  }
-  void next() override {
-    if (descending_) it_->Prev();
-    else it_->Next();
-  }
-  status error() const override { return from_rocks(it_->status(), "scan"); }
-
- private:
-  bool descending_;
-  std::string lower_, upper_;
-  rocksdb::Slice lower_slice_, upper_slice_;
-  std::unique_ptr<rocksdb::Iterator> it_;
-};
-
-// What a snapshot needs of the database; the db outlives its snapshots.
-struct snapshot_parts {
-  rocksdb::DB* rdb;
-  rocksdb::ColumnFamilyHandle* meta;
-  const std::vector<rocksdb::ColumnFamilyHandle*>* views;
-  const std::vector<std::string>* view_names;
-};
-
-class rocks_snapshot final : public snapshot {
- public:
-  explicit rocks_snapshot(const snapshot_parts& a) : a_(a), snap_(a.rdb->GetSnapshot()) {}
-  ~rocks_snapshot() override { a_.rdb->ReleaseSnapshot(snap_); }
-
-  result<std::optional<int64_t>> position(view_id view, int32_t partition) const override {
-    std::string v;
-    auto s = a_.rdb->Get(options(), a_.meta, encode_position_key(a_.view_names->at(view), partition), &v);
-    if (s.IsNotFound()) return std::optional<int64_t>();
-    if (!s.ok()) return from_rocks(s, "reading position");
-    auto off = decode_offset(v);
-    if (!off) return status(status_code::corruption, "position record has " + std::to_string(v.size()) + " bytes");
-    return std::optional<int64_t>(*off);
-  }
-
-  result<std::optional<std::string>> get(view_id view, int32_t partition, std::string_view key) const override {
-    std::string v;
-    auto s = a_.rdb->Get(options(), a_.views->at(view), encode_data_key(partition, key), &v);
-    if (s.IsNotFound()) return std::optional<std::string>();
-    if (!s.ok()) return from_rocks(s, "get");
-    return std::optional<std::string>(std::move(v));
-  }
-
-  result<std::vector<std::optional<std::string>>> multi_get(
-      view_id view, const std::vector<std::pair<int32_t, std::string>>& keys) const override {
-    std::vector<std::string> encoded;
-    encoded.reserve(keys.size());
-    for (const auto& [p, k] : keys) encoded.push_back(encode_data_key(p, k));
-    std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
-    std::vector<rocksdb::PinnableSlice> values(keys.size());
-    std::vector<rocksdb::Status> statuses(keys.size());
-    a_.rdb->MultiGet(options(), a_.views->at(view), slices.size(), slices.data(), values.data(), statuses.data());
-    std::vector<std::optional<std::string>> out(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (statuses[i].ok()) out[i] = values[i].ToString();
-      else if (!statuses[i].IsNotFound()) return from_rocks(statuses[i], "multi_get");
-    }
-    return out;
-  }
-
-  std::unique_ptr<partition_iterator> scan(view_id view, int32_t partition, std::optional<std::string> lower,
-                                           std::optional<std::string> upper, bool descending,
-                                           scan_use use) const override {
-    return std::make_unique<rocks_partition_iterator>(a_.rdb, a_.views->at(view), snap_, partition, lower, upper,
-                                                      descending, use);
-  }
-
- private:
-  rocksdb::ReadOptions options() const {
-    rocksdb::ReadOptions ro;
-    ro.snapshot = snap_;
-    return ro;
-  }
-  snapshot_parts a_;
-  const rocksdb::Snapshot* snap_;
-};
-
-}  // namespace
-
-std::shared_ptr<const snapshot> db::read_snapshot() const {
-  return std::make_shared<rocks_snapshot>(
-      snapshot_parts{impl_->rdb.get(), impl_->meta, &impl_->views, &impl_->view_names});
 }
 
 status db::flush() {

@@ -1,0 +1,101 @@
+#pragma once
+// Internals of storage::db shared by its files: db.cc (open, write, point reads,
+// stats), window_expiry.cc (retention of windowed views) and snapshot.cc (snapshots
+// and their iterators). RocksDB types appear here, never in include/storage/.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <rocksdb/cache.h>
+#include <rocksdb/compaction_filter.h>
+#include <rocksdb/db.h>
+#include <rocksdb/statistics.h>
+#include <spdlog/logger.h>
+
+#include "core/status.h"
+#include "core/window.h"
+#include "storage/db.h"
+
+namespace kstate::storage {
+
+// Converts a RocksDB status at the module edge.
+status from_rocks(const rocksdb::Status& s, std::string_view what);
+
+// The module's named logger.
+std::shared_ptr<spdlog::logger> storage_log();
+
+// Retention of one windowed view: each partition's stream time as last written, and the
+// windows the compaction filter deleted.
+struct window_expiry {
+  window_spec spec;
+  std::atomic<uint64_t> expired{0};
+  mutable std::mutex mu;
+  std::map<int32_t, int64_t> stream_time;  // guarded by mu
+  // First live start per partition when db::expire_windows last compacted the view.
+  // Only touched under db::impl::expire_mu.
+  std::map<int32_t, int64_t> compacted;
+
+  // Per partition with a stream time: windows starting before this are expired.
+  std::map<int32_t, int64_t> cutoffs() const {
+    std::map<int32_t, int64_t> out;
+    std::lock_guard lock(mu);
+    for (const auto& [p, t] : stream_time)
+      if (t >= 0) out.emplace(p, first_live_start(spec, t));
+    return out;
+  }
+};
+
+// The compaction filter factory of a windowed view's column family: every compaction
+// deletes the windows expired at the stream times `state` holds when it starts.
+std::shared_ptr<rocksdb::CompactionFilterFactory> make_window_expiry_filter_factory(
+    std::shared_ptr<window_expiry> state);
+
+// Reads the stream times of windowed view `store`, stored under the named position
+// `position`, into `state`.
+status load_stream_times(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta, const std::string& store,
+                         const std::string& position, window_expiry& state);
+
+struct db::impl {
+  std::shared_ptr<rocksdb::Statistics> statistics;
+  std::unique_ptr<rocksdb::DB> rdb;
+  std::shared_ptr<rocksdb::Cache> cache;
+  rocksdb::ColumnFamilyHandle* meta = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // every opened column family
+  std::vector<rocksdb::ColumnFamilyHandle*> views;    // indexed by view_id
+  std::vector<std::string> view_names;                // indexed by view_id
+  std::map<uint32_t, view_id> by_cf_id;               // column family id -> view_id
+  std::map<std::string, view_id, std::less<>> by_name;
+
+  // Windowed views: retention state by view, and by the name of their stream-time position.
+  std::map<view_id, std::shared_ptr<window_expiry>> expiry;
+  std::map<std::string, window_expiry*, std::less<>> expiry_by_position;
+  std::mutex expire_mu;  // one expiry pass at a time
+  std::thread expiry_thread;
+  std::mutex thread_mu;
+  std::condition_variable thread_cv;
+  bool stopping = false;  // guarded by thread_mu
+
+  // Defined in window_expiry.cc.
+  // Compacts the windowed views whose cutoffs advanced since their last pass; returns
+  // how many it compacted.
+  result<int> expire();
+  // Starts the background thread that calls expire() every `every`.
+  void start_expiry(std::chrono::milliseconds every);
+  // Stops and joins that thread, ending a running pass early; no-op when not started.
+  void stop_expiry();
+
+  ~impl();
+
+ private:
+  void run_expiry(std::chrono::milliseconds every);
+};
+
+}  // namespace kstate::storage

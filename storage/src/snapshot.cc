@@ -1,0 +1,129 @@
+// Snapshots and their partition iterators: every read through one snapshot sees the
+// database at one instant, whatever ingest writes meanwhile.
+
+#include <rocksdb/options.h>
+
+#include "db_impl.h"
+#include "storage/key_codec.h"
+
+namespace kstate::storage {
+namespace {
+
+class rocks_partition_iterator final : public partition_iterator {
+ public:
+  rocks_partition_iterator(rocksdb::DB* rdb, rocksdb::ColumnFamilyHandle* cf, const rocksdb::Snapshot* snap,
+                           int32_t partition, const std::optional<std::string>& lower,
+                           const std::optional<std::string>& upper, bool descending, scan_use use)
+      : descending_(descending) {
+    // Bounds in encoded space: the partition prefix keeps iteration inside the partition.
+    lower_ = encode_data_key(partition, lower.value_or(std::string()));
+    upper_ = upper ? encode_data_key(partition, *upper) : encode_data_key(partition + 1, {});
+    if (partition == INT32_MAX && !upper) upper_ = std::string(5, '\xff');
+    lower_slice_ = rocksdb::Slice(lower_);
+    upper_slice_ = rocksdb::Slice(upper_);
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snap;
+    ro.iterate_lower_bound = &lower_slice_;
+    ro.iterate_upper_bound = &upper_slice_;
+    // A sweep of a whole store would evict the lookups' working set from the shared
+    // cache; a page reads few blocks, which the next page or scan of the range reads again.
+    ro.fill_cache = use == scan_use::page;
+    it_.reset(rdb->NewIterator(ro, cf));
+    if (descending_) it_->SeekToLast();
+    else it_->SeekToFirst();
+  }
+  bool valid() const override { return it_->Valid(); }
+  std::string_view key() const override {
+    auto k = it_->key();
+    return std::string_view(k.data() + 4, k.size() - 4);
+  }
+  std::string_view value() const override {
+    auto v = it_->value();
+    return std::string_view(v.data(), v.size());
+  }
+  void next() override {
+    if (descending_) it_->Prev();
+    else it_->Next();
+  }
+  status error() const override { return from_rocks(it_->status(), "scan"); }
+
+ private:
+  bool descending_;
+  std::string lower_, upper_;
+  rocksdb::Slice lower_slice_, upper_slice_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
+// What a snapshot needs of the database; the db outlives its snapshots.
+struct snapshot_parts {
+  rocksdb::DB* rdb;
+  rocksdb::ColumnFamilyHandle* meta;
+  const std::vector<rocksdb::ColumnFamilyHandle*>* views;
+  const std::vector<std::string>* view_names;
+};
+
+class rocks_snapshot final : public snapshot {
+ public:
+  explicit rocks_snapshot(const snapshot_parts& a) : a_(a), snap_(a.rdb->GetSnapshot()) {}
+  ~rocks_snapshot() override { a_.rdb->ReleaseSnapshot(snap_); }
+
+  result<std::optional<int64_t>> position(view_id view, int32_t partition) const override {
+    std::string v;
+    auto s = a_.rdb->Get(options(), a_.meta, encode_position_key(a_.view_names->at(view), partition), &v);
+    if (s.IsNotFound()) return std::optional<int64_t>();
+    if (!s.ok()) return from_rocks(s, "reading position");
+    auto off = decode_offset(v);
+    if (!off) return status(status_code::corruption, "position record has " + std::to_string(v.size()) + " bytes");
+    return std::optional<int64_t>(*off);
+  }
+
+  result<std::optional<std::string>> get(view_id view, int32_t partition, std::string_view key) const override {
+    std::string v;
+    auto s = a_.rdb->Get(options(), a_.views->at(view), encode_data_key(partition, key), &v);
+    if (s.IsNotFound()) return std::optional<std::string>();
+    if (!s.ok()) return from_rocks(s, "get");
+    return std::optional<std::string>(std::move(v));
+  }
+
+  result<std::vector<std::optional<std::string>>> multi_get(
+      view_id view, const std::vector<std::pair<int32_t, std::string>>& keys) const override {
+    std::vector<std::string> encoded;
+    encoded.reserve(keys.size());
+    for (const auto& [p, k] : keys) encoded.push_back(encode_data_key(p, k));
+    std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
+    std::vector<rocksdb::PinnableSlice> values(keys.size());
+    std::vector<rocksdb::Status> statuses(keys.size());
+    a_.rdb->MultiGet(options(), a_.views->at(view), slices.size(), slices.data(), values.data(), statuses.data());
+    std::vector<std::optional<std::string>> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (statuses[i].ok()) out[i] = values[i].ToString();
+      else if (!statuses[i].IsNotFound()) return from_rocks(statuses[i], "multi_get");
+    }
+    return out;
+  }
+
+  std::unique_ptr<partition_iterator> scan(view_id view, int32_t partition, std::optional<std::string> lower,
+                                           std::optional<std::string> upper, bool descending,
+                                           scan_use use) const override {
+    return std::make_unique<rocks_partition_iterator>(a_.rdb, a_.views->at(view), snap_, partition, lower, upper,
+                                                      descending, use);
+  }
+
+ private:
+  rocksdb::ReadOptions options() const {
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snap_;
+    return ro;
+  }
+  snapshot_parts a_;
+  const rocksdb::Snapshot* snap_;
+};
+
+}  // namespace
+
+std::shared_ptr<const snapshot> db::read_snapshot() const {
+  return std::make_shared<rocks_snapshot>(
+      snapshot_parts{impl_->rdb.get(), impl_->meta, &impl_->views, &impl_->view_names});
+}
+
+}  // namespace kstate::storage
