@@ -28,37 +28,7 @@ export type Problem = Schemas['Problem'];
 export type KeyNotFoundProblem = Schemas['KeyNotFoundProblem'];
 export type KeyFormat = 'string' | 'base64url' | 'long' | 'json';
 
-// GET /v1/cluster, as announced before the spec describes it. Once docs/openapi.json
-// has the route, the spec's type replaces this one (below), and any difference from
-// what the pages use breaks the build.
-interface PlannedCluster {
-  group: string;
-  generation: number;
-  instances: {
-    endpoint: string;
-    self: boolean;
-    ready: boolean;
-    version: string;
-    partitions: { topic: string; partition: number }[];
-  }[];
-  partitions: {
-    topic: string;
-    partition: number;
-    owner: string | null;
-    standbys: string[];
-    position: number | null;
-    high_watermark: number | null;
-    lag: number | null;
-    ready: boolean;
-  }[];
-  served_by: string;
-}
-type SpecCluster = paths extends {
-  '/v1/cluster': { get: { responses: { 200: { content: { 'application/json': infer T } } } } };
-}
-  ? T
-  : PlannedCluster;
-export type Cluster = SpecCluster;
+export type Cluster = Ok<'/v1/cluster', 'get'>;
 export type ClusterInstance = Cluster['instances'][number];
 export type ClusterPartition = Cluster['partitions'][number];
 
@@ -131,13 +101,8 @@ export async function readiness(): Promise<Readiness> {
 }
 
 // The cluster view, or null while this kstate has no /v1/cluster route (404 40403).
-export async function cluster(): Promise<Cluster | null> {
-  try {
-    return (await getJson<Cluster>('/v1/cluster')).body;
-  } catch (e) {
-    if (e instanceof ApiError && e.status === 404 && (e.errorCode === 40403 || e.errorCode === null)) return null;
-    throw e;
-  }
+export async function cluster(): Promise<Cluster> {
+  return (await getJson<Cluster>('/v1/cluster')).body;
 }
 
 function base64url(bytes: Uint8Array): string {

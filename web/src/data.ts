@@ -1,5 +1,5 @@
-// What the pages know about the cluster: GET /v1/cluster when this kstate has it,
-// otherwise this instance alone (its /v1/stores); readiness always from /readyz.
+// What the pages know about the cluster: GET /v1/cluster, the stores from /v1/stores,
+// readiness from /readyz.
 
 import { cluster, listStores, readiness, type ClusterPartition, type Readiness, type Store } from './api';
 
@@ -12,11 +12,10 @@ export interface InstanceView {
 }
 
 export interface ClusterView {
-  source: 'cluster' | 'local';
-  group: string | null;
-  generation: number | null;
+  group: string;
+  generation: number;
   instances: InstanceView[];
-  partitions: ClusterPartition[] | null; // per-partition owners and lag: cluster only
+  partitions: ClusterPartition[]; // per-partition owners and lag, whole group
   stores: Store[];
   servedBy: string;
   // This instance's GET /readyz, and the partition counts taken from it: exactly the
@@ -36,35 +35,21 @@ export async function loadClusterView(): Promise<ClusterView> {
     readyPartitions: r.partitions.filter((p) => p.ready).length,
     totalPartitions: r.partitions.length,
   };
-  if (c) {
-    return {
-      source: 'cluster',
-      group: c.group,
-      generation: c.membership_version,
-      instances: c.instances.map((i) => ({ ...i, version: i.version ?? null })),
-      partitions: c.partitions,
-      stores: s.data,
-      servedBy: c.served_by,
-      ...fromReadiness,
-      readyInstances: c.instances.filter((i) => i.ready === true).length,
-    };
-  }
   return {
-    source: 'local',
-    group: null,
-    generation: null,
-    instances: [{ endpoint: s.served_by, self: true, ready: r.ready, version: null, partitions: r.partitions }],
-    partitions: null,
+    group: c.group,
+    generation: c.membership_version,
+    instances: c.instances.map((i) => ({ ...i, version: i.version ?? null })),
+    partitions: c.partitions,
     stores: s.data,
-    servedBy: s.served_by,
+    servedBy: c.served_by,
     ...fromReadiness,
-    readyInstances: r.ready ? 1 : 0,
+    readyInstances: c.instances.filter((i) => i.ready === true).length,
   };
 }
 
 // Sum of lag over a topic's partitions; null when unknown.
 export function topicLag(v: ClusterView | undefined, topic: string): number | null {
-  if (!v?.partitions) return null;
+  if (!v) return null;
   let sum = 0;
   let any = false;
   for (const p of v.partitions) {

@@ -56,27 +56,19 @@ export function parsePrometheus(text: string): Sample[] {
 
 export const LOOKUP_ROUTE = '/v1/stores/{store}/keys/{key}';
 
-// The counters the dashboard derives rates from, and the per-partition gauges of the
-// partitions held here (absent from older kstate versions: empty maps then).
+// The counters the dashboard derives rates from.
 export interface Counters {
   consumed: Map<string, number>; // "topic/partition" -> records consumed
   lookups: number; // key lookups answered (any status)
   requests: number; // every API request
-  lag: Map<string, number>; // "topic/partition" -> high watermark minus position
-  highWatermark: Map<string, number>; // "topic/partition" -> high watermark
 }
 
 export function counters(samples: Sample[]): Counters {
   const consumed = new Map<string, number>();
-  const lag = new Map<string, number>();
-  const highWatermark = new Map<string, number>();
   let lookups = 0;
   let requests = 0;
   for (const s of samples) {
-    const tp = `${s.labels.topic ?? ''}/${s.labels.partition ?? ''}`;
-    if (s.name === 'kstate_consumergroup_lag') lag.set(tp, s.value);
-    else if (s.name === 'kstate_partition_high_watermark') highWatermark.set(tp, s.value);
-    else if (s.name === 'kstate_ingest_records_consumed_total') {
+    if (s.name === 'kstate_ingest_records_consumed_total') {
       const k = `${s.labels.topic ?? ''}/${s.labels.partition ?? ''}`;
       consumed.set(k, (consumed.get(k) ?? 0) + s.value);
     } else if (s.name === 'kstate_http_request_duration_seconds_count') {
@@ -84,27 +76,7 @@ export function counters(samples: Sample[]): Counters {
       if (s.labels.route === LOOKUP_ROUTE) lookups += s.value;
     }
   }
-  return { consumed, lookups, requests, lag, highWatermark };
-}
-
-// Lag of a topic's partitions held here, from /metrics; null when not reported.
-export function localTopicLag(c: Counters | null, topic: string): number | null {
-  if (!c) return null;
-  let sum = 0;
-  let any = false;
-  for (const [k, v] of c.lag) {
-    if (k.slice(0, k.lastIndexOf('/')) !== topic) continue;
-    sum += v;
-    any = true;
-  }
-  return any ? sum : null;
-}
-
-export function localLagTotal(c: Counters | null): number | null {
-  if (!c || c.lag.size === 0) return null;
-  let sum = 0;
-  for (const v of c.lag.values()) sum += v;
-  return sum;
+  return { consumed, lookups, requests };
 }
 
 export interface RatePoint {

@@ -1,9 +1,8 @@
-import { Card, Loading, Notice, Pill, ProblemView, Stat, PageHead } from '../components';
+import { Card, Loading, Pill, ProblemView, Stat, PageHead } from '../components';
 import { LiveChart } from '../chart';
 import { loadClusterView, type ClusterView, type InstanceView } from '../data';
 import * as fmt from '../format';
 import { href, usePoll, useSampler } from '../hooks';
-import { localLagTotal } from '../metrics';
 
 export function Overview() {
   const view = usePoll(loadClusterView, 3000);
@@ -11,30 +10,23 @@ export function Overview() {
   const v = view.data;
   const last = m.points[m.points.length - 1];
 
-  // The group's lag from the cluster view; otherwise that of the partitions held here.
-  const totalLag = v?.partitions ? v.partitions.reduce((n, p) => n + (p.lag ?? 0), 0) : localLagTotal(m.latest);
+  // The group's lag, from the cluster view.
+  const totalLag = v ? v.partitions.reduce((n, p) => n + (p.lag ?? 0), 0) : null;
 
   return (
     <>
       <PageHead
         title="Overview"
         sub={
-          v?.source === 'cluster' ? (
+          v ? (
             <>
               Consumer group <code>{v.group}</code> · membership version {v.generation} · {v.instances.length}{' '}
               {v.instances.length === 1 ? 'instance' : 'instances'}
             </>
-          ) : v ? (
-            <>Answered by <code>{v.servedBy}</code></>
           ) : undefined
         }
       />
       {view.error && <ProblemView error={view.error} context="Cluster state" />}
-      {v?.source === 'local' && (
-        <Notice>
-          Showing this instance only: this kstate does not serve the cluster view (<code>GET /v1/cluster</code>) yet.
-        </Notice>
-      )}
 
       <div class="stats">
         <Stat label="Records applied / s" value={m.error ? '—' : fmt.rate(last?.records)} sub={m.error ? 'metrics unavailable' : 'this instance, 2 s window'} />
@@ -49,7 +41,7 @@ export function Overview() {
         <Stat
           label="Total lag"
           value={totalLag === null ? '—' : fmt.int(totalLag)}
-          sub={totalLag === null ? 'not reported' : v?.partitions ? 'records behind, whole group' : 'records behind, this instance'}
+          sub={totalLag === null ? 'not reported' : 'records behind, whole group'}
         />
       </div>
 
@@ -117,7 +109,6 @@ export function Overview() {
 // and in a group how many instances are ready by their own /readyz.
 function ReadySub({ v }: { v: ClusterView }) {
   const here = v.readiness.draining ? 'assigned here · draining' : 'assigned here';
-  if (v.source === 'local') return <>{here}</>;
   return (
     <>
       {here} · {v.readyInstances} / {v.instances.length} {v.instances.length === 1 ? 'instance' : 'instances'} ready

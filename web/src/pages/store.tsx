@@ -6,7 +6,6 @@ import { Card, Loading, Notice, PageHead, Pill, ProblemView, Stat } from '../com
 import { loadClusterView, topicLag } from '../data';
 import * as fmt from '../format';
 import { href, usePoll, useSampler } from '../hooks';
-import { localTopicLag } from '../metrics';
 import { describeWindow } from './windows';
 
 interface Point {
@@ -30,11 +29,10 @@ export function StoreDetail({ store }: { store: string }) {
   const [history, setHistory] = useState<Point[]>(() => histories.get(store) ?? []);
 
   const topic = d?.details.topic;
-  // The group's lag from the cluster view, else that of the partitions held here.
-  const lag = d ? (topicLag(d.view, d.details.topic) ?? (d.view.partitions ? null : localTopicLag(m.latest, d.details.topic))) : null;
-  const tp = (p: number) => `${d?.details.topic}/${p}`;
-  // Without the cluster view, the only lag known is what restoring partitions still
-  // have to apply up to their catch-up target.
+  // The group's lag from the cluster view (null while no partition of the topic reports one).
+  const lag = d ? topicLag(d.view, d.details.topic) : null;
+  // While no lag is known, what restoring partitions still have to apply up to their
+  // catch-up target.
   const backlog = d
     ? d.details.assigned_partitions.reduce((n, a) => (a.ready || a.catch_up_target < 0 ? n : n + Math.max(0, a.catch_up_target - (a.position ?? 0))), 0)
     : null;
@@ -59,10 +57,8 @@ export function StoreDetail({ store }: { store: string }) {
     );
   }
   const s = d.details;
-  const allReady = d.view.partitions
-    ? d.view.partitions.filter((x) => x.topic === s.topic).every((x) => x.ready)
-    : s.assigned_partitions.every((a) => a.ready);
-  const cluster = d.view.partitions?.filter((x) => x.topic === s.topic).sort((a, b) => a.partition - b.partition) ?? null;
+  const cluster = d.view.partitions.filter((x) => x.topic === s.topic).sort((a, b) => a.partition - b.partition);
+  const allReady = cluster.every((x) => x.ready);
 
   return (
     <>
@@ -92,7 +88,7 @@ export function StoreDetail({ store }: { store: string }) {
         <Stat
           label={lag !== null ? 'Total lag' : 'Restore backlog'}
           value={fmt.int(lag ?? backlog)}
-          sub={lag === null ? 'records to catch-up targets' : d.view.partitions ? 'records behind, whole group' : 'records behind, partitions held here'}
+          sub={lag === null ? 'records to catch-up targets' : 'records behind, whole group'}
           tone={allReady ? 'ok' : 'warn'}
         />
       </div>
@@ -119,82 +115,34 @@ export function StoreDetail({ store }: { store: string }) {
       )}
 
       <Card title="Partitions" class="flush">
-        {cluster ? (
-          <div class="table-wrap">
-            <table class="table cards" data-testid="partitions">
-              <thead>
+        <div class="table-wrap">
+          <table class="table cards" data-testid="partitions">
+            <thead>
+              <tr>
+                <th class="num">Partition</th>
+                <th>Owner</th>
+                <th>Standbys</th>
+                <th class="num">Position</th>
+                <th class="num">High watermark</th>
+                <th class="num">Lag</th>
+                <th>Status</th>
+              </tr>
+            </thead>
+            <tbody>
+              {cluster.map((x) => (
                 <tr>
-                  <th class="num">Partition</th>
-                  <th>Owner</th>
-                  <th>Standbys</th>
-                  <th class="num">Position</th>
-                  <th class="num">High watermark</th>
-                  <th class="num">Lag</th>
-                  <th>Status</th>
+                  <td data-label="Partition" class="num">{x.partition}</td>
+                  <td data-label="Owner">{x.owner ? <code class="endpoint">{x.owner}</code> : <span class="muted">unassigned</span>}</td>
+                  <td data-label="Standbys">{x.standbys.length ? <span>{x.standbys.map((sb: string) => <code class="endpoint block">{sb}</code>)}</span> : <span class="muted">none</span>}</td>
+                  <td data-label="Position" class="num">{fmt.int(x.position)}</td>
+                  <td data-label="High watermark" class="num">{fmt.int(x.high_watermark)}</td>
+                  <td data-label="Lag" class={`num ${x.ready ? '' : 'warn-text'}`}>{fmt.int(x.lag)}</td>
+                  <td data-label="Status">{x.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}</td>
                 </tr>
-              </thead>
-              <tbody>
-                {cluster.map((x) => (
-                  <tr>
-                    <td data-label="Partition" class="num">{x.partition}</td>
-                    <td data-label="Owner">{x.owner ? <code class="endpoint">{x.owner}</code> : <span class="muted">unassigned</span>}</td>
-                    <td data-label="Standbys">{x.standbys.length ? <span>{x.standbys.map((sb: string) => <code class="endpoint block">{sb}</code>)}</span> : <span class="muted">none</span>}</td>
-                    <td data-label="Position" class="num">{fmt.int(x.position)}</td>
-                    <td data-label="High watermark" class="num">{fmt.int(x.high_watermark)}</td>
-                    <td data-label="Lag" class={`num ${x.ready ? '' : 'warn-text'}`}>{fmt.int(x.lag)}</td>
-                    <td data-label="Status">{x.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-        ) : (
-          <>
-            <div class="table-wrap">
-              <table class="table cards" data-testid="partitions">
-                <thead>
-                  <tr>
-                    <th class="num">Partition</th>
-                    <th>Owner</th>
-                    <th class="num">Position</th>
-                    <th class="num">High watermark</th>
-                    <th class="num">Lag</th>
-                    <th class="num">Catch-up target</th>
-                    <th>Status</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {s.assigned_partitions.length === 0 && (
-                    <tr>
-                      <td colSpan={7} class="empty">
-                        No partition of {s.topic} is assigned to this instance.
-                      </td>
-                    </tr>
-                  )}
-                  {[...s.assigned_partitions]
-                    .sort((a, b) => a.partition - b.partition)
-                    .map((a) => (
-                      <tr>
-                        <td data-label="Partition" class="num">{a.partition}</td>
-                        <td data-label="Owner">
-                          <code class="endpoint">{s.served_by}</code>
-                        </td>
-                        <td data-label="Position" class="num">{fmt.int(a.position)}</td>
-                        <td data-label="High watermark" class="num">{fmt.int(m.latest?.highWatermark.get(tp(a.partition)))}</td>
-                        <td data-label="Lag" class={`num ${a.ready ? '' : 'warn-text'}`}>{fmt.int(m.latest?.lag.get(tp(a.partition)))}</td>
-                        <td data-label="Catch-up target" class="num">{a.catch_up_target < 0 ? <span class="muted">unknown</span> : fmt.int(a.catch_up_target)}</td>
-                        <td data-label="Status">{a.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}</td>
-                      </tr>
-                    ))}
-                </tbody>
-              </table>
-            </div>
-            <p class="card-foot muted small">
-              Partitions assigned to this instance (high watermark and lag from <code>/metrics</code>). Owners of the others
-              and standbys come from <code>GET /v1/cluster</code>, which this kstate does not serve yet.
-            </p>
-          </>
-        )}
+              ))}
+            </tbody>
+          </table>
+        </div>
       </Card>
     </>
   );

@@ -2,8 +2,7 @@ import { ApiError, describeStore, type StoreDetails } from '../api';
 import { Card, Loading, PageHead, ProblemView, Progress } from '../components';
 import { loadClusterView, topicLag } from '../data';
 import * as fmt from '../format';
-import { href, usePoll, useSampler } from '../hooks';
-import { localTopicLag } from '../metrics';
+import { href, usePoll } from '../hooks';
 
 interface Row {
   name: string;
@@ -25,7 +24,6 @@ async function loadStores() {
 
 export function Stores() {
   const p = usePoll(loadStores, 3000);
-  const m = useSampler();
   const d = p.data;
   return (
     <>
@@ -56,7 +54,7 @@ export function Stores() {
                 {d.rows.map((r) => {
                   const s = r.details ?? d.view.stores.find((x) => x.name === r.name);
                   const assigned = r.details?.assigned_partitions ?? [];
-                  const lag = s ? (topicLag(d.view, s.topic) ?? (d.view.partitions ? null : localTopicLag(m.latest, s.topic))) : null;
+                  const lag = s ? topicLag(d.view, s.topic) : null;
                   return (
                     <tr>
                       <td data-label="Store">
