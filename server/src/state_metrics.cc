@@ -4,6 +4,8 @@
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 
+#include <deque>
+#include <iterator>
 #include <set>
 
 #include "ingest/engine.h"
@@ -22,14 +24,13 @@ class state_metrics final : public prometheus::Collectable {
       : db_(db), views_(views), ownership_(ownership), group_(std::move(group)) {}
 
   std::vector<MetricFamily> Collect() const override {
-    std::vector<MetricFamily> out;
-    // family() hands out references into `out`: it must never reallocate.
-    constexpr size_t max_families = 32;
-    out.reserve(max_families);
+    // family() hands out references that are filled in later: a deque keeps them valid
+    // however many families are added. Stores and partitions are samples (labels) of
+    // these families: more of them add samples, never families.
+    std::deque<MetricFamily> families;
     auto family = [&](std::string name, std::string help, MetricType type) -> MetricFamily& {
-      if (out.size() == max_families) throw std::logic_error("state_metrics: raise max_families");
-      out.push_back(MetricFamily{std::move(name), std::move(help), type, {}});
-      return out.back();
+      families.push_back(MetricFamily{std::move(name), std::move(help), type, {}});
+      return families.back();
     };
     auto gauge = [](MetricFamily& f, std::vector<ClientMetric::Label> labels, double v) {
       ClientMetric m;
@@ -139,7 +140,7 @@ class state_metrics final : public prometheus::Collectable {
         gauge(remaining, l, left);
       }
     }
-    return out;
+    return {std::make_move_iterator(families.begin()), std::make_move_iterator(families.end())};
   }
 
  private:
