@@ -16,6 +16,9 @@ else
   KSTATE_BUILD=${KSTATE_BUILD_DIR:-build}
 fi
 case "$KSTATE_BUILD" in /*) ;; *) KSTATE_BUILD=$KSTATE_ROOT/$KSTATE_BUILD ;; esac
+# The list the directory above was chosen for: kstate_build refuses another one, which
+# would configure build/ with sanitizers (set KSTATE_SANITIZE before sourcing this file).
+KSTATE_BUILD_SANITIZE=$KSTATE_SANITIZE
 
 # phase TITLE: a visible header before each step.
 phase() { printf '\n==> %s\n' "$*"; }
@@ -29,6 +32,10 @@ kstate_setup() {
 # kstate_build [TARGET...]: configures (once) and builds; no target builds everything,
 # tests included.
 kstate_build() {
+  if [ "$KSTATE_SANITIZE" != "$KSTATE_BUILD_SANITIZE" ]; then
+    echo "build: KSTATE_SANITIZE='$KSTATE_SANITIZE' but $KSTATE_BUILD was chosen for '$KSTATE_BUILD_SANITIZE'; export KSTATE_SANITIZE before sourcing scripts/lib.sh" >&2
+    return 2
+  fi
   phase "build: $KSTATE_BUILD (RelWithDebInfo${KSTATE_SANITIZE:+, -fsanitize=$KSTATE_SANITIZE})${*:+, targets: $*}"
   local configured=""
   if [ -f "$KSTATE_BUILD/CMakeCache.txt" ]; then
