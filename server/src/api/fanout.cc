@@ -23,6 +23,18 @@ bool kept_from_owner(const std::string& name) {
   return false;
 }
 
+// A peer's answer as this instance passes it on: status, type and body, and only the
+// headers kstate's own answers carry.
+http::response from_owner(http::response&& r) {
+  http::response out;
+  out.status = r.status;
+  out.content_type = std::move(r.content_type);
+  out.body = std::move(r.body);
+  for (auto& [n, v] : r.headers)
+    if (kept_from_owner(n)) out.headers.emplace_back(std::move(n), std::move(v));
+  return out;
+}
+
 void count_peer_request(const state& st, const char* kind, bool ok) {
   if (st.m_peer_requests) st.m_peer_requests->Add({{"kind", kind}, {"result", ok ? "ok" : "error"}}).Increment();
 }
@@ -55,26 +67,13 @@ void forward(const state& st, const call& c, forward_plan plan, std::function<vo
                       finish = std::move(finish)](result<http::response> r) {
                        count_peer_request(*s, "forward", r.ok());
                        if (r.ok() && r->status != 503) {
-                         http::response out;
-                         out.status = r->status;
-                         out.content_type = std::move(r->content_type);
-                         out.body = std::move(r->body);
-                         for (auto& [n, v] : r->headers)
-                           if (kept_from_owner(n)) out.headers.emplace_back(std::move(n), std::move(v));
-                         out.with_header("X-Kstate-Forwarded-To", owner);
-                         return finish(std::move(out));
+                         return finish(from_owner(std::move(*r)).with_header("X-Kstate-Forwarded-To", owner));
                        }
                        if (stale)
                          if (auto answer = stale()) return finish(std::move(*answer));
                        if (r.ok()) {
                          // The owner's 503 (catching up, rebalancing): retry later, as it says.
-                         http::response out;
-                         out.status = r->status;
-                         out.content_type = std::move(r->content_type);
-                         out.body = std::move(r->body);
-                         for (auto& [n, v] : r->headers)
-                           if (kept_from_owner(n)) out.headers.emplace_back(std::move(n), std::move(v));
-                         return finish(std::move(out));
+                         return finish(from_owner(std::move(*r)));
                        }
                        finish(problem(failure_reason::not_owner,
                                       "the owner at " + owner + " did not answer: " + r.error().message(), path));
@@ -95,13 +94,7 @@ void send_part(const state& st, const call& c, const peer_part& part, std::funct
                                              path));
                        if (r->status != 200) {
                          // The owner's own refusal (catching up, position not reached...) answers the request.
-                         http::response out;
-                         out.status = r->status;
-                         out.content_type = std::move(r->content_type);
-                         out.body = std::move(r->body);
-                         for (auto& [n, v] : r->headers)
-                           if (kept_from_owner(n)) out.headers.emplace_back(std::move(n), std::move(v));
-                         return done(std::move(out));
+                         return done(from_owner(std::move(*r)));
                        }
                        if (r->content_type != part_media_type)
                          return done(problem(failure_reason::internal,

@@ -87,7 +87,8 @@ std::optional<http::response> stale_answer(const state& st, const call& c, const
   }
   http::response r;
   r.body = key_answer(st, c, v, key, a, &lag);
-  return r.with_header("X-Kstate-Position", position_header(a.pos)).with_header("X-Kstate-Stale", "true");
+  r.with_header("X-Kstate-Position", position_header(a.pos)).with_header("X-Kstate-Stale", "true");
+  return r;
 }
 
 // The lookup of a key held here (the min_position wait, if any, is over).
@@ -113,7 +114,8 @@ http::response read_key(const state& st, const call& c, const view_def& v, const
   }
   http::response r;
   r.body = key_answer(st, c, v, key, a, nullptr);
-  return r.with_header("X-Kstate-Position", position_header(a.pos));
+  r.with_header("X-Kstate-Position", position_header(a.pos));
+  return r;
 }
 
 // The serialized key the path names, with its view; or the 4xx answer.
@@ -206,7 +208,8 @@ outcome key_windows(const state& st, const call& c) {
                       b += ",\"stream_time\":";
                       append_int(b, a.stream_time);
                       b += '}';
-                      return r.with_header("X-Kstate-Position", position_header(a.pos));
+                      r.with_header("X-Kstate-Position", position_header(a.pos));
+                      return r;
                     }};
 }
 
@@ -316,7 +319,8 @@ http::response merge_batch(const state& st, const call& c, const view_def& v, co
                    "the answer would exceed query.max_response_bytes (" +
                        std::to_string(st.ctx.limits.max_response_bytes) + " bytes); ask for fewer keys",
                    c.path());
-  return r.with_header("X-Kstate-Position", position_header(pos));
+  r.with_header("X-Kstate-Position", position_header(pos));
+  return r;
 }
 
 }  // namespace

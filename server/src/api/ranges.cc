@@ -466,7 +466,8 @@ http::response merge_counts(const state& st, const call& c, const std::vector<st
   b += ",\"store\":";
   append_json_string(b, c.store);
   b += '}';
-  return r.with_header("X-Kstate-Position", position_header(pos));
+  r.with_header("X-Kstate-Position", position_header(pos));
+  return r;
 }
 
 }  // namespace

@@ -75,9 +75,15 @@ struct response {
   // When set, `body` is ignored and the body is streamed from here (chunked).
   std::shared_ptr<body_source> stream;
 
-  response& with_header(std::string name, std::string value) {
+  // Adds a header. On a temporary it yields the response to move from, so
+  // `return make().with_header(...)` moves the body rather than copying it.
+  response& with_header(std::string name, std::string value) & {
     headers.emplace_back(std::move(name), std::move(value));
     return *this;
+  }
+  response&& with_header(std::string name, std::string value) && {
+    headers.emplace_back(std::move(name), std::move(value));
+    return std::move(*this);
   }
 };
 
