@@ -54,7 +54,12 @@ bool all_keys_correct(uint16_t port, int keys) {
   http_client c(port);
   for (int k = 0; k < keys; ++k) {
     auto a = c.get("/v1/stores/s/keys/key-" + std::to_string(k));
-    if (!a || a->status != 200 || a->body_json()["value"]["i"] != k) return false;
+    if (!a || a->status != 200 || a->body_json()["value"]["i"] != k) {
+      // The first wrong answer says why: transport failure, a status, or a value.
+      MESSAGE("via " << port << ", key-" << k << ": "
+                     << (a ? std::to_string(a->status) + " " + a->body.substr(0, 300) : std::string("no answer")));
+      return false;
+    }
   }
   return true;
 }
@@ -77,8 +82,10 @@ TEST_CASE("3 instances, kill -9 one, add a fourth, under read load: answers are 
   b.start();
   c.start();
   for (auto* ks : {&a, &b, &c}) ks->wait_ready();
-  for (int i = 0; i < 600 && !cluster_settled(a.port(), 3, 6); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  REQUIRE(cluster_settled(a.port(), 3, 6));
+  const std::vector<uint16_t> trio{a.port(), b.port(), c.port()};
+  for (int i = 0; i < 600 && !group_settled(trio, 6); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string why;
+  REQUIRE_MESSAGE(group_settled(trio, 6, &why), why);
 
   // Every key through every instance, and the whole range through one.
   for (auto* ks : {&a, &b, &c}) CHECK_MESSAGE(all_keys_correct(ks->port(), keys), "via " << ks->port());
@@ -125,7 +132,7 @@ TEST_CASE("3 instances, kill -9 one, add a fourth, under read load: answers are 
   bool joined = false;
   for (int i = 0; i < 600 && !joined; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    joined = cluster_settled(a.port(), 3, 6);
+    joined = group_settled({a.port(), b.port(), d.port()}, 6);
   }
   CHECK(joined);
   CHECK(all_keys_correct(d.port(), keys));

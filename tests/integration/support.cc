@@ -18,7 +18,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -223,6 +225,25 @@ std::vector<consumed> consume_all(const std::string& topic, size_t expected) {
   return records;
 }
 
+http_answer parse_answer_head(const std::string& head) {
+  http_answer a;
+  std::istringstream hs(head);
+  std::string line;
+  std::getline(hs, line);
+  a.status = std::stoi(line.substr(9, 3));
+  while (std::getline(hs, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    auto value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    a.headers[name] = value;
+  }
+  return a;
+}
+
 http_client::~http_client() { close(); }
 
 bool http_client::connect() {
@@ -281,21 +302,7 @@ std::optional<http_answer> http_client::raw(const std::string& req) {
       if (buf.empty()) continue;
       return std::nullopt;
     }
-    http_answer a;
-    std::istringstream hs(buf.substr(0, header_end));
-    std::string line;
-    std::getline(hs, line);
-    a.status = std::stoi(line.substr(9, 3));
-    while (std::getline(hs, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      auto colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string name = line.substr(0, colon);
-      for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      auto value = line.substr(colon + 1);
-      while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-      a.headers[name] = value;
-    }
+    http_answer a = parse_answer_head(buf.substr(0, header_end));
     std::string rest = buf.substr(header_end + 4);
     auto more = [&]() {
       auto n = ::recv(fd_, chunk, sizeof chunk, 0);
@@ -474,6 +481,46 @@ bool cluster_settled(uint16_t port, size_t members, int partitions, const std::s
   if (partitions >= 0 && j["partitions"].size() != static_cast<size_t>(partitions)) return false;
   for (const auto& inst : j["instances"])
     if (inst["ready"] != true) return false;
+  return true;
+}
+
+bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::string* why) {
+  auto no = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
+  using held_set = std::set<std::pair<std::string, int>>;
+  std::map<std::string, held_set> held;  // endpoint -> what it holds, by its /readyz
+  std::vector<json> views;
+  size_t total = 0;
+  for (auto port : ports) {
+    http_client c(port);
+    auto ready = c.get("/readyz");
+    if (!ready || ready->status != 200) return no(std::to_string(port) + ": /readyz not 200");
+    auto cluster = c.get("/v1/cluster");
+    if (!cluster || cluster->status != 200) return no(std::to_string(port) + ": /v1/cluster not 200");
+    auto view = cluster->body_json();
+    held_set mine;
+    const auto readiness = ready->body_json();  // named: a temporary would die before the loop's body
+    for (const auto& p : readiness["partitions"]) mine.emplace(p["topic"].get<std::string>(), p["partition"].get<int>());
+    total += mine.size();
+    held[view["served_by"].get<std::string>()] = std::move(mine);
+    views.push_back(std::move(view));
+  }
+  held_set every;
+  for (const auto& [endpoint, parts] : held) every.insert(parts.begin(), parts.end());
+  if (total != static_cast<size_t>(partitions) || every.size() != total)
+    return no(std::to_string(total) + " partitions held (" + std::to_string(every.size()) + " distinct)");
+  for (const auto& view : views) {
+    if (view["group_state"] != "Stable") return no(view["served_by"].get<std::string>() + ": group not Stable");
+    std::map<std::string, held_set> seen;
+    for (const auto& inst : view["instances"]) {
+      held_set parts;
+      for (const auto& p : inst["partitions"]) parts.emplace(p["topic"].get<std::string>(), p["partition"].get<int>());
+      seen[inst["endpoint"].get<std::string>()] = std::move(parts);
+    }
+    if (seen != held) return no(view["served_by"].get<std::string>() + " sees other holders: " + view.dump().substr(0, 600));
+  }
   return true;
 }
 

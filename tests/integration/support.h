@@ -80,6 +80,9 @@ struct http_answer {
   std::string body;
   json body_json() const { return json::parse(body); }
 };
+// The status line and headers of an answer (without the blank line ending them).
+http_answer parse_answer_head(const std::string& head);
+
 class http_client {
  public:
   explicit http_client(uint16_t port) : port_(port) {}
@@ -159,6 +162,12 @@ class kstate_process {
 // ready, owning `partitions` partitions in all (any number when negative).
 // `authorization` is sent as the Authorization header when not empty.
 bool cluster_settled(uint16_t port, size_t members, int partitions = -1, const std::string& authorization = {});
+// Settled as every instance sees it: each one ready (/readyz), `partitions` partitions
+// held once each across them, and every instance's /v1/cluster naming exactly those
+// holders in a Stable group. Ready alone is not enough: an instance that holds nothing
+// yet is ready, and one instance's view of the group can lag a rebalance.
+// `why`, when given, says what is not settled yet.
+bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::string* why = nullptr);
 
 // Model of a table view: last write wins, a tombstone deletes.
 using table_model = std::map<std::string, std::string>;
