@@ -399,6 +399,44 @@ TEST_CASE("limits: beyond max_connections a connection gets 503 and is closed; t
   CHECK(res.result_int() == 200);
 }
 
+TEST_CASE("limits: past the connections held for a 503, a connection is closed at once; every refusal is counted") {
+  server_config cfg;
+  cfg.max_connections = 2;
+  running_server srv(cfg);
+  wire_client a(srv.port()), b(srv.port());
+  for (auto* c : {&a, &b}) {
+    REQUIRE(!c->send(get("/open")));
+    wire_response res;
+    REQUIRE(!c->read(res));
+    CHECK(res.result_int() == 200);
+  }
+  // None of these sends anything yet, so each one held for a 503 stays open and the
+  // server's count of open connections only grows. Connections are accepted in order.
+  constexpr int held = 64, extra = 5;  // 64: the server's overload_answers
+  std::vector<std::unique_ptr<wire_client>> over;
+  for (int i = 0; i < held + extra; ++i) over.push_back(std::make_unique<wire_client>(srv.port()));
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (srv.instance->refused_connections() < held + extra && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(5ms);
+  REQUIRE(srv.instance->refused_connections() == held + extra);
+  for (int i = held; i < held + extra; ++i) {
+    (void)over[i]->send(get("/over"));  // may fail: the server has closed it
+    std::string raw;
+    CHECK(over[i]->read_raw(raw, 3s) != beast::error::timeout);  // closed by the server
+    CHECK(raw.empty());                                          // a held one would have answered 503
+  }
+  for (int i = 0; i < held; ++i) {
+    wire_response res;
+    REQUIRE(!over[i]->exchange(get("/over"), res));
+    check_problem(res, 503, 50306);
+  }
+  CHECK(srv.instance->refused_connections() == held + extra);
+  REQUIRE(!a.send(get("/still")));
+  wire_response res;
+  REQUIRE(!a.read(res));
+  CHECK(res.result_int() == 200);
+}
+
 TEST_CASE("server: a body over the limit is a 413 problem") {
   server_config cfg;
   cfg.max_body_bytes = 1024;

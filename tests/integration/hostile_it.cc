@@ -440,9 +440,11 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
     check_problem(hb.post("/v1/stores/s/keys:batchGet", "application/json", keys_body(many)), 413, 41301);
   }
 
-  // A flood beyond max_connections: some are answered 503 (50306), others closed, and
-  // every refusal is counted. (How many are served is not bounded by max_connections:
-  // a served connection closes and frees its slot for one the server accepts later.)
+  // A flood beyond max_connections: each connection is served, answered 503 (50306) or
+  // closed, and every refusal is counted. (How many are served is not bounded by
+  // max_connections: a served connection closes and frees its slot for one the server
+  // accepts later. Whether any is closed unanswered depends on how many 503s are still
+  // pending when it is accepted; tests/http/server_test.cc checks that path.)
   {
     // The refusals counter, read on a connection of its own before and after.
     auto refused_total = [&] {
@@ -486,7 +488,6 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
     CHECK(busy > 0);
     CHECK(refused >= static_cast<uint64_t>(busy));  // each 503 is a counted refusal
     CHECK(served + refused <= fds.size());          // a refused connection is never served
-    CHECK(closed > 0);
     CHECK(served + busy + closed == static_cast<int>(fds.size()));
   }
 
