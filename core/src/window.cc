@@ -64,26 +64,26 @@ bool parse_window_type(std::string_view s, window_type& out) noexcept {
 }
 
 status normalize(window_spec& spec) {
-  if (spec.size_ms <= 0) return invalid_argument("size: must be a positive duration");
+  if (spec.size_ms <= 0) return status::invalid_argument("size: must be a positive duration");
   for (auto [field, ms] : {std::pair{"size", spec.size_ms}, std::pair{"advance", spec.advance_ms},
                            std::pair{"grace", spec.grace_ms}, std::pair{"retention", spec.retention_ms}})
     if (ms > k_max_duration_ms)
-      return invalid_argument(fmt::format("{}: must be at most 100 years ({} ms)", field, k_max_duration_ms));
+      return status::invalid_argument(fmt::format("{}: must be at most 100 years ({} ms)", field, k_max_duration_ms));
   if (spec.type == window_type::tumbling) {
     if (spec.advance_ms != 0 && spec.advance_ms != spec.size_ms)
-      return invalid_argument("advance: tumbling windows advance by their size; use type hopping");
+      return status::invalid_argument("advance: tumbling windows advance by their size; use type hopping");
     spec.advance_ms = spec.size_ms;
   } else if (spec.advance_ms <= 0 || spec.advance_ms > spec.size_ms) {
-    return invalid_argument("advance: hopping windows need 0 < advance <= size");
+    return status::invalid_argument("advance: hopping windows need 0 < advance <= size");
   }
-  if (spec.grace_ms < 0) return invalid_argument("grace: must not be negative");
+  if (spec.grace_ms < 0) return status::invalid_argument("grace: must not be negative");
   const int64_t min_retention = spec.size_ms + spec.grace_ms;
   if (spec.retention_ms == 0) spec.retention_ms = std::max(k_day_ms, min_retention);
   if (spec.retention_ms < min_retention)
-    return invalid_argument(fmt::format(
+    return status::invalid_argument(fmt::format(
         "retention: must be at least size + grace ({} ms), or windows would expire before they close",
         min_retention));
-  if (spec.max_future_ms < 0) return invalid_argument("max_future: must not be negative");
+  if (spec.max_future_ms < 0) return status::invalid_argument("max_future: must not be negative");
   return {};
 }
 
@@ -132,7 +132,7 @@ result<int64_t> parse_duration_ms(std::string_view text) {
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
   int64_t n = 0;
   if (!parse_uint(text.substr(0, digits), n))
-    return invalid_argument(fmt::format("'{}' is not a duration (e.g. 250ms, 10s, 1m, 24h, 7d)", text));
+    return status::invalid_argument(fmt::format("'{}' is not a duration (e.g. 250ms, 10s, 1m, 24h, 7d)", text));
   const std::string_view unit = text.substr(digits);
   int64_t scale = 0;
   if (unit.empty() || unit == "ms") scale = 1;
@@ -141,9 +141,9 @@ result<int64_t> parse_duration_ms(std::string_view text) {
   else if (unit == "h") scale = 3'600'000;
   else if (unit == "d") scale = k_day_ms;
   else
-    return invalid_argument(fmt::format("'{}' has an unknown unit (use ms, s, m, h or d)", text));
+    return status::invalid_argument(fmt::format("'{}' has an unknown unit (use ms, s, m, h or d)", text));
   if (n > std::numeric_limits<int64_t>::max() / scale)
-    return invalid_argument(fmt::format("'{}' is too long", text));
+    return status::invalid_argument(fmt::format("'{}' is too long", text));
   return n * scale;
 }
 
@@ -153,7 +153,7 @@ result<int64_t> parse_timestamp_ms(std::string_view text) {
   if (!text.empty() && text[0] == '-' && parse_uint(text.substr(1), epoch)) return -epoch;
 
   auto bad = [&] {
-    return invalid_argument(fmt::format(
+    return status::invalid_argument(fmt::format(
         "'{}' is not a timestamp: give epoch milliseconds or ISO-8601 with a zone, e.g. "
         "2026-12-02T10:00:00Z",
         text));

@@ -38,7 +38,7 @@ result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& 
   std::unique_ptr<agg_pipeline> p(new agg_pipeline(cfg, db, ownership, builder));
   for (const auto* v : views) {
     auto id = db.find_view(v->name);
-    if (!id) return internal_error("view '" + v->name + "' has no column family");
+    if (!id) return status::internal("view '" + v->name + "' has no column family");
     p->views_.push_back(view_state{v, *id, aggregator(*v, cfg.max_json_depth)});
   }
   for (size_t i = 0; i < p->views_.size(); ++i) {
@@ -71,7 +71,7 @@ agg_pipeline::~agg_pipeline() { close(); }
 
 status agg_pipeline::start(rd_kafka_t* consumer, std::set<std::string>& subscribe) {
   consumer_ = consumer;
-  if (exactly_once_ && cfg_.instance_id.empty()) return invalid_argument("exactly_once needs an instance id");
+  if (exactly_once_ && cfg_.instance_id.empty()) return status::invalid_argument("exactly_once needs an instance id");
   auto producer = create_client(cfg_, aggregate_producer_spec(cfg_), [this](rd_kafka_conf_t* conf) {
     rd_kafka_conf_set_opaque(conf, this);
     rd_kafka_conf_set_dr_msg_cb(conf, agg_delivery_report);
@@ -92,7 +92,7 @@ status agg_pipeline::start(rd_kafka_t* consumer, std::set<std::string>& subscrib
         log()->warn("init_transactions: {}; retrying", rd_kafka_error_string(e.get()));
         continue;
       }
-      return unavailable(std::string("init_transactions: ") + rd_kafka_error_string(e.get()));
+      return status::unavailable(std::string("init_transactions: ") + rd_kafka_error_string(e.get()));
     }
   }
   for (const auto& t : topics_) subscribe.insert(t);
@@ -148,7 +148,7 @@ status agg_pipeline::produce(const std::string& topic, int32_t partition, std::s
     }
     if (err) {
       if (!delivery_error_) delivery_error_ = err;
-      return unavailable("producing to " + topic + ": " + rd_kafka_err2str(err));
+      return status::unavailable("producing to " + topic + ": " + rd_kafka_err2str(err));
     }
     return status::ok_status();
   }
@@ -156,8 +156,7 @@ status agg_pipeline::produce(const std::string& topic, int32_t partition, std::s
 
 result<std::optional<std::string>> agg_pipeline::current(view_state& v, int32_t partition, const std::string& key) {
   auto got = db_.get(v.id, partition, key);
-  if (!got.ok()) return status(got.error().code(), "reading the aggregate of store " + v.def->name + ": " +
-                                                       got.error().message());
+  if (!got.ok()) return got.error().prefixed("reading the aggregate of store " + v.def->name);
   if (!got.value().value) return std::optional<std::string>();
   auto f = unframe_value(*got.value().value);
   if (!f) return std::optional<std::string>();

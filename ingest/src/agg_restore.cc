@@ -29,7 +29,7 @@ result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topi
     log()->warn("committed offset of {}-{}: {}; retrying", topic, partition, rd_kafka_err2str(err));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  if (err) return unavailable("reading the committed offset of " + topic + "-" + std::to_string(partition) + ": " +
+  if (err) return status::unavailable("reading the committed offset of " + topic + "-" + std::to_string(partition) + ": " +
                               rd_kafka_err2str(err));
   std::optional<int64_t> committed;
   if (list->elems[0].offset >= 0) committed = list->elems[0].offset;
@@ -88,7 +88,7 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
   int64_t low = 0, high = 0;
   // With isolation.level=read_committed the high mark is the last stable offset.
   auto werr = rd_kafka_query_watermark_offsets(restorer_, cl.c_str(), partition, &low, &high, 10'000);
-  if (werr) return unavailable("watermarks of " + cl + "-" + std::to_string(partition) + ": " + rd_kafka_err2str(werr));
+  if (werr) return status::unavailable("watermarks of " + cl + "-" + std::to_string(partition) + ": " + rd_kafka_err2str(werr));
   from = std::max(from, low);
   int64_t total = std::max<int64_t>(0, high - from);
   ownership_.update_restore(def.topic, partition, 0, total);
@@ -106,7 +106,7 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
     tpl_ptr list(rd_kafka_topic_partition_list_new(1));
     rd_kafka_topic_partition_list_add(list.get(), cl.c_str(), partition)->offset = from;
     if (auto e = rd_kafka_assign(restorer_, list.get()))
-      return unavailable("assigning " + cl + ": " + rd_kafka_err2str(e));
+      return status::unavailable("assigning " + cl + ": " + rd_kafka_err2str(e));
     for (;;) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(restorer_, 100);
       if (!m) continue;
@@ -119,7 +119,7 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
         std::string why = rd_kafka_message_errstr(m);
         bool fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
         rd_kafka_message_destroy(m);
-        if (fatal) return unavailable("restoring " + cl + ": " + why);
+        if (fatal) return status::unavailable("restoring " + cl + ": " + why);
         log()->warn("restoring {}-{}: {}", cl, partition, why);
         continue;
       }

@@ -16,7 +16,7 @@ status agg_pipeline::create_topics() {
   for (const auto& vs : views_) {
     const auto& v = *vs.def;
     int32_t source_count = ownership_.partition_count(v.input_topic());
-    if (source_count <= 0) return not_found_error("topic '" + v.input_topic() + "' does not exist");
+    if (source_count <= 0) return status::not_found("topic '" + v.input_topic() + "' does not exist");
     int32_t store_count = source_count;
     if (v.rekeyed()) {
       store_count = v.repartition_partitions > 0 ? v.repartition_partitions : source_count;
@@ -28,15 +28,15 @@ status agg_pipeline::create_topics() {
   for (const auto& w : want) {
     char err[512];
     auto* nt = rd_kafka_NewTopic_new(w.name.c_str(), w.partitions, w.replication, err, sizeof err);
-    if (!nt) return invalid_argument("topic '" + w.name + "': " + err);
+    if (!nt) return status::invalid_argument("topic '" + w.name + "': " + err);
     if (w.compact) {
       // compact, or compact,delete for a windowed view that asked for it (config.cc checks).
       if (!w.def->changelog_configs.count("cleanup.policy") &&
           rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact"))
-        return invalid_argument("cleanup.policy");
+        return status::invalid_argument("cleanup.policy");
       for (const auto& [k, val] : w.def->changelog_configs)
         if (rd_kafka_NewTopic_set_config(nt, k.c_str(), val.c_str()))
-          return invalid_argument("changelog config '" + k + "'");
+          return status::invalid_argument("changelog config '" + k + "'");
     }
     news.push_back(nt);
   }
@@ -45,9 +45,9 @@ status agg_pipeline::create_topics() {
   rd_kafka_event_t* ev = rd_kafka_queue_poll(q, static_cast<int>(cfg_.startup_timeout.count()));
   status result = status::ok_status();
   if (!ev) {
-    result = unavailable("creating repartition/changelog topics timed out");
+    result = status::unavailable("creating repartition/changelog topics timed out");
   } else if (rd_kafka_event_error(ev)) {
-    result = unavailable(std::string("creating topics: ") + rd_kafka_event_error_string(ev));
+    result = status::unavailable(std::string("creating topics: ") + rd_kafka_event_error_string(ev));
   } else {
     size_t cnt = 0;
     const auto* res = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &cnt);
@@ -55,7 +55,7 @@ status agg_pipeline::create_topics() {
       auto e = rd_kafka_topic_result_error(res[i]);
       if (e == RD_KAFKA_RESP_ERR_NO_ERROR) log()->info("created topic {}", rd_kafka_topic_result_name(res[i]));
       else if (e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
-        result = unavailable(std::string("creating topic ") + rd_kafka_topic_result_name(res[i]) + ": " +
+        result = status::unavailable(std::string("creating topic ") + rd_kafka_topic_result_name(res[i]) + ": " +
                              rd_kafka_topic_result_error_string(res[i]));
     }
   }
@@ -83,13 +83,13 @@ status agg_pipeline::create_topics() {
         const auto& v = *vs.def;
         if (v.rekeyed()) ownership_.set_partition_count(v.topic, counts[v.topic]);
         if (counts[v.changelog_topic] < ownership_.partition_count(v.topic))
-          return invalid_argument("changelog topic '" + v.changelog_topic + "' has " +
+          return status::invalid_argument("changelog topic '" + v.changelog_topic + "' has " +
                                   std::to_string(counts[v.changelog_topic]) + " partitions, fewer than '" + v.topic +
                                   "' (" + std::to_string(ownership_.partition_count(v.topic)) + ")");
       }
       return status::ok_status();
     }
-    if (std::chrono::steady_clock::now() > deadline) return unavailable("created topics did not appear in metadata");
+    if (std::chrono::steady_clock::now() > deadline) return status::unavailable("created topics did not appear in metadata");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }

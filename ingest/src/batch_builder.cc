@@ -59,7 +59,7 @@ result<std::unique_ptr<batch_builder>> batch_builder::create(storage::db& db, co
   for (const auto& v : views) {
     if (v.is_aggregate()) continue;  // applied by the aggregate pipeline
     auto id = db.find_view(v.name);
-    if (!id) return internal_error("view '" + v.name + "' has no column family");
+    if (!id) return status::internal("view '" + v.name + "' has no column family");
     b->by_topic_[v.topic].push_back(view_slot{&v, *id});
   }
   return b;

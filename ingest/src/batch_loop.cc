@@ -44,7 +44,7 @@ status run_batch_loop(rd_kafka_t* consumer, batch_builder& builder, const std::a
       if (m->err) {
         std::string why = rd_kafka_message_errstr(m.get());
         log()->warn("{}: {}", options.name, why);
-        if (m->err == RD_KAFKA_RESP_ERR__FATAL) return unavailable("fatal " + options.name + " error: " + why);
+        if (m->err == RD_KAFKA_RESP_ERR__FATAL) return status::unavailable("fatal " + options.name + " error: " + why);
         continue;
       }
       const record r = to_record(m.get());

@@ -150,12 +150,12 @@ struct engine::impl {
     auto deadline = std::chrono::steady_clock::now() + cfg.startup_timeout;
     rd_kafka_resp_err_t err;
     while ((err = rd_kafka_metadata(rk, 1, nullptr, &md, 1000)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      if (aborting) return unavailable("start aborted");
+      if (aborting) return status::unavailable("start aborted");
       if (auto auth = poll_auth_error(rk); !auth.empty())
-        return invalid_argument("Kafka at " + cfg.bootstrap_servers + " refused the credentials (check kafka: " +
+        return status::invalid_argument("Kafka at " + cfg.bootstrap_servers + " refused the credentials (check kafka: " +
                                  "sasl.username / sasl.password / ssl.*): " + auth);
       if (std::chrono::steady_clock::now() > deadline)
-        return unavailable(std::string("cannot reach Kafka at ") + cfg.bootstrap_servers + ": " + rd_kafka_err2str(err));
+        return status::unavailable(std::string("cannot reach Kafka at ") + cfg.bootstrap_servers + ": " + rd_kafka_err2str(err));
       log()->warn("metadata request failed ({}), retrying", rd_kafka_err2str(err));
     }
     std::map<std::string, int32_t> counts;
@@ -164,7 +164,7 @@ struct engine::impl {
     rd_kafka_metadata_destroy(md);
     for (const auto& t : names) {
       auto it = counts.find(t);
-      if (it == counts.end()) return not_found_error("topic '" + t + "' does not exist");
+      if (it == counts.end()) return status::not_found("topic '" + t + "' does not exist");
       ownership.set_partition_count(t, it->second);
     }
     return status::ok_status();
@@ -390,7 +390,7 @@ struct engine::impl {
 
   // What a hook returns when flush() wrote nothing: the engine failed (already
   // reported) or a stop gave the batch up. Either way the loop ends.
-  static status not_written() { return unavailable("the pending batch was not written"); }
+  static status not_written() { return status::unavailable("the pending batch was not written"); }
 
   void run() {
     batch_loop_options options{"consumer", static_cast<size_t>(cfg.max_batch_records), cfg.max_batch_delay, 100};
@@ -472,7 +472,7 @@ status engine::start() {
   if (auto s = i.load_partition_counts(i.topics, i.consumer); !s.ok()) return s;
   if (!dlq_topics.empty()) {
     if (auto s = i.load_partition_counts(dlq_topics, i.dead_letters->handle()); !s.ok())
-      return not_found_error("dead-letter " + s.message());
+      return status::not_found("dead-letter " + s.message());
   }
   if (!aggregates.empty()) {
     auto agg = agg_pipeline::create(i.cfg, std::move(aggregates), i.db, i.ownership, *i.builder, i.metrics);
@@ -483,7 +483,7 @@ status engine::start() {
   tpl_ptr subs(rd_kafka_topic_partition_list_new(static_cast<int>(i.topics.size())));
   for (const auto& t : i.topics) rd_kafka_topic_partition_list_add(subs.get(), t.c_str(), RD_KAFKA_PARTITION_UA);
   if (auto err = rd_kafka_subscribe(i.consumer, subs.get()))
-    return invalid_argument(std::string("subscribe: ") + rd_kafka_err2str(err));
+    return status::invalid_argument(std::string("subscribe: ") + rd_kafka_err2str(err));
   i.running = true;
   i.last_commit = std::chrono::steady_clock::now();
   i.thread = std::thread([&i] { i.run_guarded(); });

@@ -14,7 +14,7 @@ constexpr std::size_t secret_bytes = 32;
 status create_topic(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout) {
   char err[512];
   rd_kafka_NewTopic_t* nt = rd_kafka_NewTopic_new(topic.c_str(), 1, -1, err, sizeof err);
-  if (!nt) return invalid_argument("topic '" + topic + "': " + err);
+  if (!nt) return status::invalid_argument("topic '" + topic + "': " + err);
   // Kept forever: the first record is the secret for as long as the group exists.
   for (const auto& [k, v] : {std::pair<const char*, const char*>{"cleanup.policy", "delete"},
                              {"retention.ms", "-1"},
@@ -25,9 +25,9 @@ status create_topic(rd_kafka_t* rk, const std::string& topic, std::chrono::milli
   event_ptr ev(rd_kafka_queue_poll(q, static_cast<int>(timeout.count())));
   status result = status::ok_status();
   if (!ev) {
-    result = unavailable("creating topic '" + topic + "' timed out");
+    result = status::unavailable("creating topic '" + topic + "' timed out");
   } else if (rd_kafka_event_error(ev.get())) {
-    result = unavailable("creating topic '" + topic + "': " + rd_kafka_event_error_string(ev.get()));
+    result = status::unavailable("creating topic '" + topic + "': " + rd_kafka_event_error_string(ev.get()));
   } else {
     size_t cnt = 0;
     const auto* res = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev.get()), &cnt);
@@ -35,7 +35,7 @@ status create_topic(rd_kafka_t* rk, const std::string& topic, std::chrono::milli
       auto e = rd_kafka_topic_result_error(res[i]);
       if (e == RD_KAFKA_RESP_ERR_NO_ERROR) log()->info("created topic {}", topic);
       else if (e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
-        result = unavailable("creating topic '" + topic + "': " + rd_kafka_topic_result_error_string(res[i]));
+        result = status::unavailable("creating topic '" + topic + "': " + rd_kafka_topic_result_error_string(res[i]));
     }
   }
   ev.reset();
@@ -49,7 +49,7 @@ result<std::optional<std::string>> first_record(rd_kafka_t* consumer, const std:
                                                 std::chrono::steady_clock::time_point deadline) {
   tpl_ptr list(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
-  if (auto e = rd_kafka_assign(consumer, list.get())) return unavailable(std::string("assign: ") + rd_kafka_err2str(e));
+  if (auto e = rd_kafka_assign(consumer, list.get())) return status::unavailable(std::string("assign: ") + rd_kafka_err2str(e));
   std::optional<std::string> out;
   status failed = status::ok_status();
   while (std::chrono::steady_clock::now() < deadline) {
@@ -65,7 +65,7 @@ result<std::optional<std::string>> first_record(rd_kafka_t* consumer, const std:
                        m->err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
       rd_kafka_message_destroy(m);
       if (retriable) continue;
-      failed = unavailable("reading '" + topic + "': " + why);
+      failed = status::unavailable("reading '" + topic + "': " + why);
       break;
     }
     if (m->payload && m->len >= 16) out = std::string(static_cast<const char*>(m->payload), m->len);
@@ -74,7 +74,7 @@ result<std::optional<std::string>> first_record(rd_kafka_t* consumer, const std:
   }
   (void)rd_kafka_assign(consumer, nullptr);  // a failed unassign leaves nothing to undo here
   if (!failed.ok()) return failed;
-  if (!out && std::chrono::steady_clock::now() >= deadline) return unavailable("reading '" + topic + "' timed out");
+  if (!out && std::chrono::steady_clock::now() >= deadline) return status::unavailable("reading '" + topic + "' timed out");
   return out;
 }
 
@@ -95,11 +95,11 @@ result<std::string> read_group_secret(const ingest_config& cfg, std::chrono::mil
     if (!first.ok()) return first.error();
     if (*first) return std::move(**first);
     if (attempt > 0 && std::chrono::steady_clock::now() >= deadline)
-      return unavailable("no secret appeared in '" + topic + "'");
+      return status::unavailable("no secret appeared in '" + topic + "'");
     // Empty: write one. Several instances may do so at once; the first record wins for
     // all of them, since everyone reads the first one.
     unsigned char raw[secret_bytes];
-    if (RAND_bytes(raw, sizeof raw) != 1) return internal_error("no random bytes for the group secret");
+    if (RAND_bytes(raw, sizeof raw) != 1) return status::internal("no random bytes for the group secret");
     static constexpr char hex[] = "0123456789abcdef";
     std::string secret(2 * secret_bytes, '0');
     for (std::size_t i = 0; i < secret_bytes; ++i) {
@@ -109,10 +109,10 @@ result<std::string> read_group_secret(const ingest_config& cfg, std::chrono::mil
     auto err = rd_kafka_producev(producer->get(), RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(0),
                                  RD_KAFKA_V_VALUE(secret.data(), secret.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                  RD_KAFKA_V_END);
-    if (err) return unavailable("writing the group secret to '" + topic + "': " + rd_kafka_err2str(err));
+    if (err) return status::unavailable("writing the group secret to '" + topic + "': " + rd_kafka_err2str(err));
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (auto f = rd_kafka_flush(producer->get(), static_cast<int>(std::max<int64_t>(left.count(), 1000))))
-      return unavailable("writing the group secret to '" + topic + "': " + rd_kafka_err2str(f));
+      return status::unavailable("writing the group secret to '" + topic + "': " + rd_kafka_err2str(f));
   }
 }
 

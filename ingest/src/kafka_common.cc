@@ -67,7 +67,7 @@ spdlog::level::level_enum rdkafka_level(int level) noexcept {
 status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v) {
   char err[512];
   if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
-    return invalid_argument("kafka property '" + k + "': " + err);
+    return status::invalid_argument("kafka property '" + k + "': " + err);
   return status::ok_status();
 }
 
@@ -136,7 +136,7 @@ result<conf_ptr> make_conf(const ingest_config& cfg, const client_spec& spec) {
     s = set_props(conf.get(), {{"bootstrap.servers", cfg.bootstrap_servers},
                                {"client.id", cfg.client_id + spec.client_id_suffix}});
   if (s.ok()) s = set_props(conf.get(), spec.fixed);
-  if (!s.ok()) return status(s.code(), spec.name + ": " + s.message());
+  if (!s.ok()) return s.prefixed(spec.name);
   rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);
   return conf;
 }
@@ -149,11 +149,11 @@ result<client_ptr> create_client(const ingest_config& cfg, const client_spec& sp
   char err[512];
   // rd_kafka_new owns the configuration only when it succeeds.
   client_ptr rk(rd_kafka_new(spec.kind, conf.value().get(), err, sizeof err));
-  if (!rk) return invalid_argument("creating " + spec.name + ": " + err);
+  if (!rk) return status::invalid_argument("creating " + spec.name + ": " + err);
   (void)conf.value().release();
   if (spec.kind == RD_KAFKA_CONSUMER)
     if (auto e = rd_kafka_poll_set_consumer(rk.get()))
-      return invalid_argument("creating " + spec.name + ": " + rd_kafka_err2str(e));
+      return status::invalid_argument("creating " + spec.name + ": " + rd_kafka_err2str(e));
   return rk;
 }
 

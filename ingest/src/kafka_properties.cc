@@ -16,7 +16,7 @@ status check_kafka_properties(const std::map<std::string, std::string>& props) {
   for (const auto& [k, v] : props) {
     char err[512];
     if (rd_kafka_conf_set(conf.get(), k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
-      return invalid_argument("kafka." + k + ": " + err);
+      return status::invalid_argument("kafka." + k + ": " + err);
   }
   return status::ok_status();
 }

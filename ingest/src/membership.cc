@@ -334,11 +334,11 @@ membership_watcher::~membership_watcher() { stop(); }
 
 status membership_watcher::start() {
   auto& i = *impl_;
-  if (i.thread.joinable() || i.stopped) return invalid_argument("membership watcher already started");
-  if (i.kafka_cfg.application_id.empty()) return invalid_argument("membership watcher: application_id is empty");
+  if (i.thread.joinable() || i.stopped) return status::invalid_argument("membership watcher already started");
+  if (i.kafka_cfg.application_id.empty()) return status::invalid_argument("membership watcher: application_id is empty");
   if (i.cfg.refresh_interval.count() <= 0 || i.cfg.unsettled_interval.count() <= 0 ||
       i.cfg.request_timeout.count() <= 0)
-    return invalid_argument("membership watcher: intervals and timeout must be positive");
+    return status::invalid_argument("membership watcher: intervals and timeout must be positive");
   if (auto s = i.create_handle(); !s.ok()) return s;
   i.thread = std::thread([&i] { i.run_guarded(); });
   return status::ok_status();

@@ -126,7 +126,7 @@ struct standby_engine::impl {
     }
     // Rejections are the owner's to count and dead-letter; a standby only moves past them.
     if (!builder->batch().empty()) {
-      if (auto s = db.write(builder->batch()); !s.ok()) return status(s.code(), "RocksDB write failed: " + s.message());
+      if (auto s = db.write(builder->batch()); !s.ok()) return s.prefixed("RocksDB write failed");
       if (notifier) notifier->notify();
     }
     builder->reset();
@@ -226,7 +226,7 @@ struct standby_engine::impl {
   // partitions are unaffected, and allow_stale reads find the copies as they were.
   void run_guarded() {
     status failure;
-    if (auto why = guarded([&] { failure = run(); })) failure = internal_error("an exception: " + *why);
+    if (auto why = guarded([&] { failure = run(); })) failure = status::internal("an exception: " + *why);
     std::lock_guard lock(mu);
     if (!failure.ok()) {
       log()->critical("standby copies stopped: {}; this instance keeps no standby copy until it restarts",

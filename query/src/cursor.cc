@@ -32,13 +32,13 @@ std::string encode_cursor(const cursor& c, std::string_view fingerprint) {
 
 result<cursor> decode_cursor(std::string_view token, std::string_view fingerprint) {
   auto raw = base64url_decode(token);
-  if (!raw.ok() || raw->size() < 9) return invalid_argument("invalid cursor");
+  if (!raw.ok() || raw->size() < 9) return status::invalid_argument("invalid cursor");
   std::string_view body(raw->data(), raw->size() - 8);
   uint64_t h = 0;
   for (size_t i = raw->size() - 8; i < raw->size(); ++i) h = (h << 8) | static_cast<unsigned char>((*raw)[i]);
-  if (body[0] != version) return invalid_argument("invalid cursor (unknown version)");
+  if (body[0] != version) return status::invalid_argument("invalid cursor (unknown version)");
   if (h != checksum(body, fingerprint))
-    return invalid_argument("invalid cursor (damaged, or made for a different query)");
+    return status::invalid_argument("invalid cursor (damaged, or made for a different query)");
   return cursor{std::string(body.substr(1))};
 }
 

@@ -254,7 +254,7 @@ class merged_range final : public range_stream {
       auto& it = *its_[i];
       auto f = unframe_value(it.value());
       if (!f) {
-        error_ = status(status_code::corruption, "stored value is shorter than its frame");
+        error_ = status::corruption("stored value is shorter than its frame");
         return false;
       }
       out.push_back(range_entry{std::string(it.key()), std::string(f->value), f->offset, parts_[i]});

@@ -56,36 +56,36 @@ result<std::string> base64url_decode(std::string_view text) {
     if (c == '=') {
       // Padding only at the end.
       for (size_t j = i; j < text.size(); ++j)
-        if (text[j] != '=') return invalid_argument("invalid base64url: '=' inside the text");
+        if (text[j] != '=') return status::invalid_argument("invalid base64url: '=' inside the text");
       pad = text.size() - i;
       break;
     }
     if (c == '-') c = '+';
     else if (c == '_') c = '/';
-    else if (!std::isalnum(static_cast<unsigned char>(c))) return invalid_argument("invalid base64url character");
+    else if (!std::isalnum(static_cast<unsigned char>(c))) return status::invalid_argument("invalid base64url character");
     s.push_back(c);
   }
-  if (s.size() % 4 == 1) return invalid_argument("invalid base64url: impossible length");
+  if (s.size() % 4 == 1) return status::invalid_argument("invalid base64url: impossible length");
   size_t missing = (4 - s.size() % 4) % 4;
-  if (pad && pad != missing) return invalid_argument("invalid base64url: wrong padding");
+  if (pad && pad != missing) return status::invalid_argument("invalid base64url: wrong padding");
   s.append(missing, '=');
   std::string out(s.size() / 4 * 3, '\0');
   int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
                           reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
-  if (n < 0) return invalid_argument("invalid base64url");
+  if (n < 0) return status::invalid_argument("invalid base64url");
   // EVP_DecodeBlock counts padding as zero bytes; drop them.
   out.resize(static_cast<size_t>(n) - missing);
   // Reject non-canonical encodings (stray bits in the last character), so each key has
   // exactly one spelling.
   if (base64url_encode(out) != text.substr(0, text.size() - pad))
-    return invalid_argument("invalid base64url: non-canonical encoding");
+    return status::invalid_argument("invalid base64url: non-canonical encoding");
   return out;
 }
 
 result<std::string> decode_key(key_format f, std::string_view text, int max_json_depth) {
   switch (f) {
     case key_format::string:
-      if (!valid_utf8(text)) return invalid_argument("key is not valid UTF-8 (key_format=string)");
+      if (!valid_utf8(text)) return status::invalid_argument("key is not valid UTF-8 (key_format=string)");
       return std::string(text);
     case key_format::base64url:
       return base64url_decode(text);
@@ -93,7 +93,7 @@ result<std::string> decode_key(key_format f, std::string_view text, int max_json
       int64_t v = 0;
       auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
       if (ec != std::errc() || ptr != text.data() + text.size() || text.empty())
-        return invalid_argument("key is not a signed 64-bit decimal integer (key_format=long)");
+        return status::invalid_argument("key is not a signed 64-bit decimal integer (key_format=long)");
       std::string out(8, '\0');
       auto u = static_cast<uint64_t>(v);
       for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(u >> (56 - 8 * i));
@@ -102,17 +102,17 @@ result<std::string> decode_key(key_format f, std::string_view text, int max_json
     case key_format::json: {
       switch (check_json(text, max_json_depth)) {
         case json_verdict::ok: break;
-        case json_verdict::invalid: return invalid_argument("key is not valid JSON (key_format=json)");
+        case json_verdict::invalid: return status::invalid_argument("key is not valid JSON (key_format=json)");
         case json_verdict::too_deep:
-          return invalid_argument("key is nested deeper than max_json_depth (" + std::to_string(max_json_depth) +
+          return status::invalid_argument("key is nested deeper than max_json_depth (" + std::to_string(max_json_depth) +
                                   ") (key_format=json)");
       }
       auto j = nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr, false);
-      if (j.is_discarded()) return invalid_argument("key is not valid JSON (key_format=json)");
+      if (j.is_discarded()) return status::invalid_argument("key is not valid JSON (key_format=json)");
       return j.dump();
     }
   }
-  return invalid_argument("unknown key format");
+  return status::invalid_argument("unknown key format");
 }
 
 }  // namespace kstate::query

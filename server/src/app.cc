@@ -39,19 +39,19 @@ status secure_state_dir(const std::string& path) {
     auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
-      return io_error("state_dir '" + path + "': cannot create: " + std::strerror(errno));
+      return status::io_error("state_dir '" + path + "': cannot create: " + std::strerror(errno));
   }
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return io_error("state_dir '" + path + "': " + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return invalid_argument("state_dir '" + path + "' is not a directory");
+  if (::stat(path.c_str(), &st) != 0) return status::io_error("state_dir '" + path + "': " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return status::invalid_argument("state_dir '" + path + "' is not a directory");
   if (st.st_uid != ::geteuid())
-    return invalid_argument("state_dir '" + path + "' is owned by uid " + std::to_string(st.st_uid) +
+    return status::invalid_argument("state_dir '" + path + "' is owned by uid " + std::to_string(st.st_uid) +
                             ", not by this user (uid " + std::to_string(::geteuid()) +
                             "); refusing to use state another user controls");
   if (st.st_mode & (S_IWGRP | S_IWOTH)) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return invalid_argument("state_dir '" + path + "' is writable by " +
+    return status::invalid_argument("state_dir '" + path + "' is writable by " +
                             ((st.st_mode & S_IWOTH) ? "other users" : "its group") + " (mode " + mode +
                             "); refusing to start. Fix: chmod 700 '" + path + "'");
   }
@@ -64,11 +64,11 @@ std::string scheme_of(const app_config& c) { return c.http.tls.enabled() ? "http
 // The peer secret from a file: its first line, at least 16 bytes.
 result<std::string> read_secret_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return invalid_argument("peer_secret_file '" + path + "': cannot be read");
+  if (!in) return status::invalid_argument("peer_secret_file '" + path + "': cannot be read");
   std::string line;
   std::getline(in, line);
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  if (line.size() < 16) return invalid_argument("peer_secret_file '" + path + "': the secret must be at least 16 bytes");
+  if (line.size() < 16) return status::invalid_argument("peer_secret_file '" + path + "': the secret must be at least 16 bytes");
   return line;
 }
 }  // namespace
@@ -146,14 +146,14 @@ status app::start() {
   for (const auto& v : i.cfg.views) {
     names.push_back(v.name);
     auto p = ingest::make_partitioner(v.partitioner);
-    if (!p) return invalid_argument("views." + v.name + ".partitioner: unknown partitioner '" + v.partitioner + "'");
+    if (!p) return status::invalid_argument("views." + v.name + ".partitioner: unknown partitioner '" + v.partitioner + "'");
     partitioners[v.name] = *p;
   }
   if (auto s = secure_state_dir(i.cfg.rocksdb.path); !s.ok()) return s;
   std::shared_ptr<token_authenticator> auth;
   if (!i.cfg.auth.token_file.empty()) {
     auto a = token_authenticator::from_file(i.cfg.auth.token_file);
-    if (!a.ok()) return invalid_argument("auth.token_file: " + a.error().message());
+    if (!a.ok()) return status::invalid_argument("auth.token_file: " + a.error().message());
     auth = std::move(a.value());
     spdlog::info("bearer tokens required: {} token(s) from {}", auth->size(), i.cfg.auth.token_file);
   }
@@ -181,7 +181,7 @@ status app::start() {
   }
   i.peers = std::make_unique<http::client>(peer_cfg);
   if (i.cfg.http.tls.enabled() && !i.peers->tls_error().empty())
-    return invalid_argument("http.tls: instances could not forward to each other: " + i.peers->tls_error());
+    return status::invalid_argument("http.tls: instances could not forward to each other: " + i.peers->tls_error());
   ctx.membership = &i.membership;
   ctx.peers = i.peers.get();
   ctx.secret = i.secret;
@@ -247,7 +247,7 @@ status app::start() {
                                               &i.notifier);
   {
     std::lock_guard lock(i.mu);
-    if (i.stop_requested) return unavailable("stop requested during start");
+    if (i.stop_requested) return status::unavailable("stop requested during start");
     i.starting_ingest = i.ingest.get();
   }
   auto started = i.ingest->start();

@@ -150,15 +150,15 @@ result<std::vector<token_entry>> parse_token_file(const std::string& yaml_text, 
   try {
     return parse_tokens(YAML::Load(yaml_text));
   } catch (const token_error& e) {
-    return invalid_argument(source + ": " + e.message);
+    return status::invalid_argument(source + ": " + e.message);
   } catch (const YAML::Exception& e) {
-    return invalid_argument(source + ": invalid YAML: " + e.what());
+    return status::invalid_argument(source + ": invalid YAML: " + e.what());
   }
 }
 
 result<std::vector<token_entry>> load_token_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return invalid_argument("cannot read token file '" + path + "'");
+  if (!in) return status::invalid_argument("cannot read token file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_token_file(ss.str(), path);

@@ -589,15 +589,15 @@ result<app_config> parse_config(const std::string& yaml_text, const std::string&
     if (auto s = ingest::check_kafka_properties(cfg.ingest.kafka); !s.ok()) fail("kafka", s.message());
     return cfg;
   } catch (const config_error& e) {
-    return invalid_argument(source + ": " + (e.key.empty() ? "" : e.key + ": ") + e.message);
+    return status::invalid_argument(source + ": " + (e.key.empty() ? "" : e.key + ": ") + e.message);
   } catch (const YAML::Exception& e) {
-    return invalid_argument(source + ": invalid YAML: " + e.what());
+    return status::invalid_argument(source + ": invalid YAML: " + e.what());
   }
 }
 
 result<app_config> load_config(const std::string& path, const std::vector<config_override>& overrides) {
   std::ifstream in(path);
-  if (!in) return invalid_argument("cannot read config file '" + path + "'");
+  if (!in) return status::invalid_argument("cannot read config file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_config(ss.str(), path, overrides);

@@ -22,13 +22,13 @@ namespace kstate::storage {
 status from_rocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return status::ok_status();
   std::string msg = std::string(what) + ": " + s.ToString();
-  if (s.IsCorruption()) return status(status_code::corruption, msg);
-  if (s.IsInvalidArgument()) return invalid_argument(msg);
-  if (s.IsNotFound()) return not_found_error(msg);
-  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return unavailable(msg);
+  if (s.IsCorruption()) return status::corruption(msg);
+  if (s.IsInvalidArgument()) return status::invalid_argument(msg);
+  if (s.IsNotFound()) return status::not_found(msg);
+  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return status::unavailable(msg);
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
-    return unavailable(msg);
-  return io_error(msg);
+    return status::unavailable(msg);
+  return status::io_error(msg);
 }
 
 std::shared_ptr<spdlog::logger> storage_log() {
@@ -45,13 +45,13 @@ result<rocksdb::CompressionType> parse_compression(const std::string& name) {
   if (name == "snappy") return rocksdb::kSnappyCompression;
   if (name == "lz4") return rocksdb::kLZ4Compression;
   if (name == "zstd") return rocksdb::kZSTD;
-  return invalid_argument("compression must be one of none, snappy, lz4, zstd (got '" + name + "')");
+  return status::invalid_argument("compression must be one of none, snappy, lz4, zstd (got '" + name + "')");
 }
 
 result<rocksdb::CompactionStyle> parse_compaction_style(const std::string& name) {
   if (name == "level") return rocksdb::kCompactionStyleLevel;
   if (name == "universal") return rocksdb::kCompactionStyleUniversal;
-  return invalid_argument("compaction_style must be one of level, universal (got '" + name + "')");
+  return status::invalid_argument("compaction_style must be one of level, universal (got '" + name + "')");
 }
 
 
@@ -139,7 +139,7 @@ struct write_batch::impl {
   // The column family of `view`, or null (and the batch failed) for an unknown id.
   rocksdb::ColumnFamilyHandle* family(view_id view, const char* what) {
     if (view < owner->views.size()) return owner->views[view];
-    if (failed.ok()) failed = internal_error(std::string(what) + ": unknown view id " + std::to_string(view));
+    if (failed.ok()) failed = status::internal(std::string(what) + ": unknown view id " + std::to_string(view));
     return nullptr;
   }
 };
@@ -259,7 +259,7 @@ db::~db() = default;
 result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<std::string>& views) {
   std::error_code ec;
   std::filesystem::create_directories(opts.path, ec);
-  if (ec) return io_error("cannot create state directory '" + opts.path + "': " + ec.message());
+  if (ec) return status::io_error("cannot create state directory '" + opts.path + "': " + ec.message());
   ::chmod(opts.path.c_str(), 0700);
 
   auto i = std::make_unique<impl>();
@@ -277,7 +277,7 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   auto defaults = cf_options(opts.defaults, i->cache);
   if (!defaults) return defaults.error();
   for (const auto& [name, o] : opts.per_store)
-    if (auto check = cf_options(o, i->cache); !check) return invalid_argument("store '" + name + "': " + check.error().message());
+    if (auto check = cf_options(o, i->cache); !check) return status::invalid_argument("store '" + name + "': " + check.error().message());
 
   rocksdb::DBOptions db_opts;
   db_opts.create_if_missing = true;
@@ -305,14 +305,14 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   ensure(rocksdb::kDefaultColumnFamilyName);
   ensure(meta_cf_name);
   for (const auto& v : views) {
-    if (v.empty() || v.rfind("__kstate", 0) == 0) return invalid_argument("invalid view name '" + v + "'");
+    if (v.empty() || v.rfind("__kstate", 0) == 0) return status::invalid_argument("invalid view name '" + v + "'");
     ensure(v);
   }
 
   std::map<std::string, std::shared_ptr<window_expiry>> expiry;
   for (const auto& [name, w] : opts.windowed) {
     if (std::find(views.begin(), views.end(), name) == views.end())
-      return invalid_argument("windowed store '" + name + "' is not a configured view");
+      return status::invalid_argument("windowed store '" + name + "' is not a configured view");
     auto state = std::make_shared<window_expiry>();
     state->spec = w.spec;
     expiry.emplace(name, std::move(state));
@@ -330,7 +330,7 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   auto s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
-      return unavailable("state directory '" + opts.path + "' is in use by another process (RocksDB LOCK held): " + s.ToString());
+      return status::unavailable("state directory '" + opts.path + "' is in use by another process (RocksDB LOCK held): " + s.ToString());
     return from_rocks(s, "opening RocksDB at '" + opts.path + "'");
   }
   i->rdb.reset(raw);
@@ -399,7 +399,7 @@ result<std::optional<int64_t>> db::stored_position(view_id view, int32_t partiti
   if (s.IsNotFound()) return std::optional<int64_t>();
   if (!s.ok()) return from_rocks(s, "reading position");
   auto off = decode_offset(v);
-  if (!off) return status(status_code::corruption, "position record has " + std::to_string(v.size()) + " bytes");
+  if (!off) return status::corruption("position record has " + std::to_string(v.size()) + " bytes");
   return std::optional<int64_t>(*off);
 }
 
@@ -409,7 +409,7 @@ result<std::optional<int64_t>> db::stored_named_position(std::string_view name, 
   if (s.IsNotFound()) return std::optional<int64_t>();
   if (!s.ok()) return from_rocks(s, "reading position");
   auto off = decode_offset(v);
-  if (!off) return status(status_code::corruption, "position record has " + std::to_string(v.size()) + " bytes");
+  if (!off) return status::corruption("position record has " + std::to_string(v.size()) + " bytes");
   return std::optional<int64_t>(*off);
 }
 

@@ -73,7 +73,7 @@ class rocks_snapshot final : public snapshot {
     if (s.IsNotFound()) return std::optional<int64_t>();
     if (!s.ok()) return from_rocks(s, "reading position");
     auto off = decode_offset(v);
-    if (!off) return status(status_code::corruption, "position record has " + std::to_string(v.size()) + " bytes");
+    if (!off) return status::corruption("position record has " + std::to_string(v.size()) + " bytes");
     return std::optional<int64_t>(*off);
   }
 

@@ -7,6 +7,7 @@
 
 #include <cassert>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -28,26 +29,36 @@ const char* to_string(status_code c) noexcept;
 
 class [[nodiscard]] status {
  public:
-  status() = default;
-  status(status_code code, std::string message) : code_(code), message_(std::move(message)) {}
+  status() = default;  // ok
 
+  // One factory per failure code: the only way to make a non-ok status.
   static status ok_status() { return {}; }
+  static status invalid_argument(std::string m) { return {status_code::invalid_argument, std::move(m)}; }
+  static status not_found(std::string m) { return {status_code::not_found, std::move(m)}; }
+  static status unavailable(std::string m) { return {status_code::unavailable, std::move(m)}; }
+  static status deadline_exceeded(std::string m) { return {status_code::deadline_exceeded, std::move(m)}; }
+  static status resource_exhausted(std::string m) { return {status_code::resource_exhausted, std::move(m)}; }
+  static status io_error(std::string m) { return {status_code::io_error, std::move(m)}; }
+  static status corruption(std::string m) { return {status_code::corruption, std::move(m)}; }
+  static status internal(std::string m) { return {status_code::internal, std::move(m)}; }
 
   bool ok() const noexcept { return code_ == status_code::ok; }
   status_code code() const noexcept { return code_; }
   const std::string& message() const noexcept { return message_; }
   std::string to_string() const;
 
+  // The same code, with `context` in front of the message ("context: message"), for a
+  // caller that adds what it was doing while passing a failure on.
+  status prefixed(std::string_view context) const {
+    return {code_, std::string(context) + ": " + message_};
+  }
+
  private:
+  status(status_code code, std::string message) : code_(code), message_(std::move(message)) {}
+
   status_code code_ = status_code::ok;
   std::string message_;
 };
-
-inline status invalid_argument(std::string m) { return {status_code::invalid_argument, std::move(m)}; }
-inline status not_found_error(std::string m) { return {status_code::not_found, std::move(m)}; }
-inline status unavailable(std::string m) { return {status_code::unavailable, std::move(m)}; }
-inline status io_error(std::string m) { return {status_code::io_error, std::move(m)}; }
-inline status internal_error(std::string m) { return {status_code::internal, std::move(m)}; }
 
 // result<T>: a value or a non-ok status.
 template <typename T>

@@ -123,7 +123,7 @@ struct peer_address {
 
 result<peer_address> parse_endpoint(std::string_view ep) {
   auto bad = [&](std::string_view why) {
-    return invalid_argument("peer endpoint '" + std::string(ep.substr(0, 256)) + "': " + std::string(why));
+    return status::invalid_argument("peer endpoint '" + std::string(ep.substr(0, 256)) + "': " + std::string(why));
   };
   constexpr std::string_view plain_scheme = "http://";
   constexpr std::string_view tls_scheme = "https://";
@@ -190,11 +190,11 @@ result<peer_address> parse_endpoint(std::string_view ep) {
 }
 
 status validate(const client_request& r) {
-  if (!is_token(r.method)) return invalid_argument("peer request: invalid method '" + r.method.substr(0, 64) + "'");
-  if (!valid_target(r.target)) return invalid_argument("peer request: target must be origin-form ('/...'), no spaces");
+  if (!is_token(r.method)) return status::invalid_argument("peer request: invalid method '" + r.method.substr(0, 64) + "'");
+  if (!valid_target(r.target)) return status::invalid_argument("peer request: target must be origin-form ('/...'), no spaces");
   for (const auto& [n, v] : r.headers) {
     if (!is_token(n) || !valid_header_value(v)) {
-      return invalid_argument("peer request: invalid header '" + n.substr(0, 64) + "'");
+      return status::invalid_argument("peer request: invalid header '" + n.substr(0, 64) + "'");
     }
   }
   return {};
@@ -348,7 +348,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
     // cancelled_.
     if (c) {
       net::post(c->stream().get_executor(), [self = shared_from_this()] {
-        self->finish(unavailable("peer " + self->addr_.key + ": client stopped before the response arrived"), false);
+        self->finish(status::unavailable("peer " + self->addr_.key + ": client stopped before the response arrived"), false);
       });
     }
   }
@@ -358,7 +358,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
   bool proceed() {
     if (finished_) return false;
     if (cancelled_) {
-      finish(unavailable("peer " + addr_.key + ": client stopped before the response arrived"), false);
+      finish(status::unavailable("peer " + addr_.key + ": client stopped before the response arrived"), false);
       return false;
     }
     if (clock_type::now() >= deadline_) {
@@ -369,7 +369,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
   }
 
   status deadline_error(std::string_view phase) const {
-    return {status_code::deadline_exceeded, "peer " + addr_.key + ": deadline passed " + std::string(phase)};
+    return status::deadline_exceeded("peer " + addr_.key + ": deadline passed " + std::string(phase));
   }
 
   // Resolving and connecting end at the connect deadline, which is the request's
@@ -382,7 +382,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
   // time), the peer is unreachable; otherwise the request ran out of time.
   status connect_timeout_error() const {
     if (clock_type::now() < deadline_) {
-      return unavailable("peer " + addr_.key + ": no connection within " +
+      return status::unavailable("peer " + addr_.key + ": no connection within " +
                          std::to_string(st_.cfg.connect_timeout.count()) + " ms");
     }
     return deadline_error("while connecting");
@@ -413,7 +413,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
                                if (self->finished_) return;
                                if (ec) {
                                  return self->finish(
-                                     unavailable("peer " + self->addr_.key + ": resolve failed: " + ec.message()), false);
+                                     status::unavailable("peer " + self->addr_.key + ": resolve failed: " + ec.message()), false);
                                }
                                self->connect_to(results);
                              });
@@ -452,13 +452,13 @@ class exchange : public std::enable_shared_from_this<exchange> {
     beast::error_code ec;
     tls.set_verify_mode(net::ssl::verify_peer, ec);
     if (!ec) tls.set_verify_callback(net::ssl::host_name_verification(addr_.host), ec);
-    if (ec) return finish(io_error("peer " + addr_.key + ": TLS setup: " + ec.message()), false);
+    if (ec) return finish(status::io_error("peer " + addr_.key + ": TLS setup: " + ec.message()), false);
     conn_->stream().expires_at(connect_deadline());
     tls.async_handshake(net::ssl::stream_base::client, [self = shared_from_this()](beast::error_code ec) {
       if (self->finished_) return;
       if (ec == beast::error::timeout) return self->finish(self->connect_timeout_error(), false);
       if (ec) {
-        return self->finish(unavailable("peer " + self->addr_.key + ": TLS handshake failed: " + ec.message()), false);
+        return self->finish(status::unavailable("peer " + self->addr_.key + ": TLS handshake failed: " + ec.message()), false);
       }
       self->write();
     });
@@ -544,7 +544,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
       }
     }
     if (!switched) {
-      return finish(unavailable("peer " + addr_.key + ": client stopped before the response arrived"), false);
+      return finish(status::unavailable("peer " + addr_.key + ": client stopped before the response arrived"), false);
     }
     log()->debug("peer {}: idle connection was closed by the peer; retrying on a new one", addr_.key);
     net::post(fresh->stream().get_executor(), [self = shared_from_this()] { self->connect(); });
@@ -554,20 +554,20 @@ class exchange : public std::enable_shared_from_this<exchange> {
     const std::string where = "peer " + addr_.key + ": " + std::string(phase) + ": ";
     if (ec == beast::error::timeout) return deadline_error(std::string("during ") + std::string(phase));
     if (ec == bhttp::error::body_limit) {
-      return {status_code::resource_exhausted,
-              where + "response body over " + std::to_string(st_.cfg.max_response_bytes) + " bytes"};
+      return status::resource_exhausted(where + "response body over " + std::to_string(st_.cfg.max_response_bytes) +
+                                        " bytes");
     }
     if (ec == bhttp::error::header_limit) {
-      return {status_code::resource_exhausted,
-              where + "response header over " + std::to_string(max_response_header_bytes) + " bytes"};
+      return status::resource_exhausted(where + "response header over " + std::to_string(max_response_header_bytes) +
+                                        " bytes");
     }
     // The peer closed early: unreachable, like a reset.
-    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) return unavailable(where + ec.message());
+    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) return status::unavailable(where + ec.message());
     // Any other parser error: the peer does not speak HTTP/1.1 as expected.
     if (ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
-      return io_error(where + "malformed response: " + ec.message());
+      return status::io_error(where + "malformed response: " + ec.message());
     }
-    return unavailable(where + ec.message());
+    return status::unavailable(where + ec.message());
   }
 
   // The one exit. Runs on the current connection's strand (or, via reject(), before the
@@ -723,7 +723,7 @@ void client::send(const std::string& endpoint, client_request req, std::function
   auto addr = parse_endpoint(endpoint);
   if (!addr.ok()) return fail_later(addr.error());
   if (status s = validate(req); !s.ok()) return fail_later(std::move(s));
-  if (addr->tls && !st.tls) return fail_later(invalid_argument("peer " + addr->key + ": " + st.tls_error));
+  if (addr->tls && !st.tls) return fail_later(status::invalid_argument("peer " + addr->key + ": " + st.tls_error));
 
   const auto deadline = req.deadline.value_or(clock_type::now() + st.cfg.request_timeout);
   auto ex = std::make_shared<exchange>(st, std::move(*addr), std::move(req), deadline, std::move(done));
@@ -732,7 +732,7 @@ void client::send(const std::string& endpoint, client_request req, std::function
     if (!st.stopping) {
       st.live.emplace(ex.get(), ex);
     } else {
-      ex->reject(unavailable("peer client is stopping"));
+      ex->reject(status::unavailable("peer client is stopping"));
       return;
     }
   }

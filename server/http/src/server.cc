@@ -906,14 +906,14 @@ class listener : public std::enable_shared_from_this<listener> {
   // Synchronous, before the I/O threads start, so errors reach start()'s caller.
   status open(const tcp::endpoint& ep) {
     beast::error_code ec;
-    if (acceptor_.open(ep.protocol(), ec)) return io_error("open: " + ec.message());
-    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec)) return io_error("reuse_address: " + ec.message());
+    if (acceptor_.open(ep.protocol(), ec)) return status::io_error("open: " + ec.message());
+    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec)) return status::io_error("reuse_address: " + ec.message());
     if (acceptor_.bind(ep, ec)) {
-      return io_error("bind " + ep.address().to_string() + ":" + std::to_string(ep.port()) + ": " + ec.message());
+      return status::io_error("bind " + ep.address().to_string() + ":" + std::to_string(ep.port()) + ": " + ec.message());
     }
-    if (acceptor_.listen(net::socket_base::max_listen_connections, ec)) return io_error("listen: " + ec.message());
+    if (acceptor_.listen(net::socket_base::max_listen_connections, ec)) return status::io_error("listen: " + ec.message());
     auto local = acceptor_.local_endpoint(ec);
-    if (ec) return io_error("local_endpoint: " + ec.message());
+    if (ec) return status::io_error("local_endpoint: " + ec.message());
     port_ = local.port();
     return {};
   }
@@ -999,24 +999,24 @@ result<std::unique_ptr<net::ssl::context>> make_server_tls(const tls_config& tls
                        net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
                        net::ssl::context::no_compression | net::ssl::context::single_dh_use,
                    ec);
-  if (ec) return invalid_argument("http.tls: " + ec.message());
+  if (ec) return status::invalid_argument("http.tls: " + ec.message());
   SSL_CTX* native = ctx->native_handle();
   if (SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION) != 1)
-    return invalid_argument("http.tls: cannot require TLS 1.2");
+    return status::invalid_argument("http.tls: cannot require TLS 1.2");
   if (SSL_CTX_set_cipher_list(native, "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL:!MD5:!SHA1:!DSS") != 1)
-    return invalid_argument("http.tls: no usable TLS 1.2 cipher suite");
+    return status::invalid_argument("http.tls: no usable TLS 1.2 cipher suite");
   SSL_CTX_set_options(native, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION);
   ctx->use_certificate_chain_file(tls.cert_file, ec);
-  if (ec) return invalid_argument("http.tls.cert_file '" + tls.cert_file + "': " + ec.message());
+  if (ec) return status::invalid_argument("http.tls.cert_file '" + tls.cert_file + "': " + ec.message());
   ctx->use_private_key_file(tls.key_file, net::ssl::context::pem, ec);
-  if (ec) return invalid_argument("http.tls.key_file '" + tls.key_file + "': " + ec.message());
+  if (ec) return status::invalid_argument("http.tls.key_file '" + tls.key_file + "': " + ec.message());
   if (SSL_CTX_check_private_key(native) != 1)
-    return invalid_argument("http.tls.key_file '" + tls.key_file + "' does not match http.tls.cert_file");
+    return status::invalid_argument("http.tls.key_file '" + tls.key_file + "' does not match http.tls.cert_file");
   if (!tls.client_ca_file.empty()) {
     ctx->load_verify_file(tls.client_ca_file, ec);
-    if (ec) return invalid_argument("http.tls.client_ca_file '" + tls.client_ca_file + "': " + ec.message());
+    if (ec) return status::invalid_argument("http.tls.client_ca_file '" + tls.client_ca_file + "': " + ec.message());
     ctx->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert, ec);
-    if (ec) return invalid_argument("http.tls.client_ca_file: " + ec.message());
+    if (ec) return status::invalid_argument("http.tls.client_ca_file: " + ec.message());
   }
   return ctx;
 }
@@ -1061,13 +1061,13 @@ server::~server() { stop(); }
 
 status server::start() {
   std::lock_guard lk(impl_->lifecycle_mu);
-  if (impl_->started) return internal_error("server already started");
-  if (!impl_->st->handler) return invalid_argument("server needs a handler");
+  if (impl_->started) return status::internal("server already started");
+  if (!impl_->st->handler) return status::invalid_argument("server needs a handler");
 
   const auto& cfg = impl_->st->cfg;
   beast::error_code ec;
   auto addr = net::ip::make_address(cfg.listen_address, ec);
-  if (ec) return invalid_argument("listen_address '" + cfg.listen_address + "': " + ec.message());
+  if (ec) return status::invalid_argument("listen_address '" + cfg.listen_address + "': " + ec.message());
 
   if (cfg.tls.enabled()) {
     auto ctx = make_server_tls(cfg.tls);

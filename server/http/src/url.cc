@@ -49,14 +49,14 @@ status parse_target(std::string_view target, request& req) {
   // Origin-form only ("/path?query"): that is what clients send to an origin server.
   // The grammar requires a leading '/', so "x/y", "*" and absolute-form are rejected.
   if (target.empty() || target.front() != '/') {
-    return invalid_argument("request target must start with '/'");
+    return status::invalid_argument("request target must start with '/'");
   }
   const std::string escaped = lenient_escape(target);
   auto parsed = boost::urls::parse_origin_form(escaped);
   if (!parsed) {
     // Boost.URL rejects "%zz", a truncated "%4" and a trailing "%" here: pct-encoded is
     // exactly '%' HEXDIG HEXDIG, so a bad escape never reaches the decoder.
-    return invalid_argument("invalid request target (bad percent-encoding?): " + parsed.error().message());
+    return status::invalid_argument("invalid request target (bad percent-encoding?): " + parsed.error().message());
   }
   const boost::urls::url_view& u = *parsed;
 
