@@ -1,3 +1,13 @@
+# kstate_warnings(<target>): the warnings every kstate target is built with; errors
+# with -DKSTATE_WERROR=ON (CI builds that way).
+function(kstate_warnings target)
+  # Designated initializers that leave members at their defaults are the idiom here.
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+  if(KSTATE_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
 # kstate_cc_library(NAME <module> SRCS ... [DEPS ...] [PRIVATE_DEPS ...])
 #
 # Declares one library per module with the alias kstate::<module>. Public headers live
@@ -11,7 +21,7 @@ function(kstate_cc_library)
     PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
     PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
   target_link_libraries(kstate_${K_NAME} PUBLIC ${K_DEPS} PRIVATE ${K_PRIVATE_DEPS})
-  target_compile_options(kstate_${K_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  kstate_warnings(kstate_${K_NAME})
 endfunction()
 
 # kstate_cc_test(NAME <name> SRCS ... DEPS ... [LABELS ...])
@@ -21,7 +31,7 @@ function(kstate_cc_test)
   cmake_parse_arguments(K "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${K_NAME} ${K_SRCS})
   target_link_libraries(${K_NAME} PRIVATE ${K_DEPS} doctest::doctest)
-  target_compile_options(${K_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  kstate_warnings(${K_NAME})
   add_test(NAME ${K_NAME} COMMAND ${K_NAME})
   if(K_LABELS)
     set_tests_properties(${K_NAME} PROPERTIES LABELS "${K_LABELS}")

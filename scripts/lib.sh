@@ -43,7 +43,7 @@ kstate_build() {
   fi
   if [ ! -f "$KSTATE_BUILD/build.ninja" ]; then
     cmake -S "$KSTATE_ROOT" -B "$KSTATE_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DKSTATE_SANITIZE="$KSTATE_SANITIZE"
+      -DKSTATE_WERROR=ON -DKSTATE_SANITIZE="$KSTATE_SANITIZE"
   elif [ -n "$KSTATE_SANITIZE" ] && [ "$KSTATE_SANITIZE" != "$configured" ]; then
     # Changing the list changes every compile command: ninja rebuilds everything.
     cmake -S "$KSTATE_ROOT" -B "$KSTATE_BUILD" -DKSTATE_SANITIZE="$KSTATE_SANITIZE"

@@ -96,14 +96,17 @@ void fit_connections_to_fd_limit(kstate::server::app_config& cfg) {
     struct rlimit raised = lim;
     raised.rlim_cur = lim.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
-    else spdlog::warn("cannot raise the open file limit from {} to {}: {}", lim.rlim_cur, lim.rlim_max, std::strerror(errno));
+    else
+      spdlog::warn("cannot raise the open file limit from {} to {}: {}", lim.rlim_cur, lim.rlim_max,
+                   std::strerror(errno));
   }
   if (lim.rlim_cur == RLIM_INFINITY) return;
   const rlim_t room = lim.rlim_cur > reserved_fds + 16 ? lim.rlim_cur - reserved_fds : 16;
   if (cfg.http.max_connections > room) {
-    spdlog::warn("http.max_connections lowered from {} to {}: the open file limit is {} and {} are kept for RocksDB "
-                 "and Kafka (raise it, e.g. LimitNOFILE= in a systemd unit)",
-                 cfg.http.max_connections, room, lim.rlim_cur, reserved_fds);
+    spdlog::warn(
+        "http.max_connections lowered from {} to {}: the open file limit is {} and {} are kept for RocksDB "
+        "and Kafka (raise it, e.g. LimitNOFILE= in a systemd unit)",
+        cfg.http.max_connections, room, lim.rlim_cur, reserved_fds);
     cfg.http.max_connections = room;
   }
 }
@@ -255,7 +258,8 @@ int main(int argc, char** argv) {
   a.shutdown(served && rc == 0);
   // Wake the signal thread if it is still waiting (fatal error or failed start).
   exiting = true;
-  if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);
+  // Not to end the thread: it waits in sigwait(), which this signal returns from.
+  if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);  // NOLINT(bugprone-bad-signal-to-kill-thread)
   signals.join();
   spdlog::info("stopped");
   return rc;

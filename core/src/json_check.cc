@@ -22,7 +22,9 @@ namespace {
 class checker {
  public:
   checker(std::string_view s, int max_depth)
-      : begin_(s.data()), p_(s.data()), end_(s.data() + s.size()),
+      : begin_(s.data()),
+        p_(s.data()),
+        end_(s.data() + s.size()),
         max_depth_(max_depth < 0 ? 0 : static_cast<size_t>(max_depth)) {}
 
   // Bytes from the start to where run() stopped.
@@ -111,7 +113,10 @@ class checker {
     int v = 0;
     for (int i = 0; i < 4; ++i) {
       char c = p_[i];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (d < 0) return -1;
       v = v * 16 + d;
     }
@@ -135,7 +140,14 @@ class checker {
       if (p_ == end_) return false;
       char e = *p_++;
       switch (e) {
-        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't': break;
+        case '"':
+        case '\\':
+        case '/':
+        case 'b':
+        case 'f':
+        case 'n':
+        case 'r':
+        case 't': break;
         case 'u': {
           int cp = hex4();
           if (cp < 0) return false;

@@ -46,8 +46,7 @@ void ownership_registry::update_progress(const std::string& topic, int32_t parti
   if (high_watermark >= 0) p.high_watermark = high_watermark;
 }
 
-void ownership_registry::update_restore(const std::string& topic, int32_t partition, int64_t restored,
-                                        int64_t total) {
+void ownership_registry::update_restore(const std::string& topic, int32_t partition, int64_t restored, int64_t total) {
   std::lock_guard lock(mu_);
   auto& p = topics_[topic].partitions[partition];
   if (!p.assigned) return;

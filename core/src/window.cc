@@ -53,13 +53,17 @@ int64_t floor_div(int64_t a, int64_t b) {
 
 }  // namespace
 
-const char* to_string(window_type t) noexcept {
-  return t == window_type::tumbling ? "tumbling" : "hopping";
-}
+const char* to_string(window_type t) noexcept { return t == window_type::tumbling ? "tumbling" : "hopping"; }
 
 bool parse_window_type(std::string_view s, window_type& out) noexcept {
-  if (s == "tumbling") { out = window_type::tumbling; return true; }
-  if (s == "hopping") { out = window_type::hopping; return true; }
+  if (s == "tumbling") {
+    out = window_type::tumbling;
+    return true;
+  }
+  if (s == "hopping") {
+    out = window_type::hopping;
+    return true;
+  }
   return false;
 }
 
@@ -81,8 +85,7 @@ status normalize(window_spec& spec) {
   if (spec.retention_ms == 0) spec.retention_ms = std::max(k_day_ms, min_retention);
   if (spec.retention_ms < min_retention)
     return status::invalid_argument(fmt::format(
-        "retention: must be at least size + grace ({} ms), or windows would expire before they close",
-        min_retention));
+        "retention: must be at least size + grace ({} ms), or windows would expire before they close", min_retention));
   if (spec.max_future_ms < 0) return status::invalid_argument("max_future: must not be negative");
   return {};
 }
@@ -140,8 +143,7 @@ result<int64_t> parse_duration_ms(std::string_view text) {
   else if (unit == "m") scale = 60'000;
   else if (unit == "h") scale = 3'600'000;
   else if (unit == "d") scale = k_day_ms;
-  else
-    return status::invalid_argument(fmt::format("'{}' has an unknown unit (use ms, s, m, h or d)", text));
+  else return status::invalid_argument(fmt::format("'{}' has an unknown unit (use ms, s, m, h or d)", text));
   if (n > std::numeric_limits<int64_t>::max() / scale)
     return status::invalid_argument(fmt::format("'{}' is too long", text));
   return n * scale;
@@ -153,17 +155,16 @@ result<int64_t> parse_timestamp_ms(std::string_view text) {
   if (!text.empty() && text[0] == '-' && parse_uint(text.substr(1), epoch)) return -epoch;
 
   auto bad = [&] {
-    return status::invalid_argument(fmt::format(
-        "'{}' is not a timestamp: give epoch milliseconds or ISO-8601 with a zone, e.g. "
-        "2026-12-02T10:00:00Z",
-        text));
+    return status::invalid_argument(
+        fmt::format("'{}' is not a timestamp: give epoch milliseconds or ISO-8601 with a zone, e.g. "
+                    "2026-12-02T10:00:00Z",
+                    text));
   };
   // YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM)
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
-  if (text.size() < 20 || !field(text, 0, 4, y) || text[4] != '-' || !field(text, 5, 2, mo) ||
-      text[7] != '-' || !field(text, 8, 2, d) || (text[10] != 'T' && text[10] != 't' && text[10] != ' ') ||
-      !field(text, 11, 2, h) || text[13] != ':' || !field(text, 14, 2, mi) || text[16] != ':' ||
-      !field(text, 17, 2, s))
+  if (text.size() < 20 || !field(text, 0, 4, y) || text[4] != '-' || !field(text, 5, 2, mo) || text[7] != '-' ||
+      !field(text, 8, 2, d) || (text[10] != 'T' && text[10] != 't' && text[10] != ' ') || !field(text, 11, 2, h) ||
+      text[13] != ':' || !field(text, 14, 2, mi) || text[16] != ':' || !field(text, 17, 2, s))
     return bad();
   using namespace std::chrono;
   const year_month_day ymd{year{y}, month{static_cast<unsigned>(mo)}, day{static_cast<unsigned>(d)}};
@@ -208,10 +209,10 @@ std::string format_timestamp_ms(int64_t ms) {
   if (rem < 0) rem += k_day_ms;
   const int64_t z = day_count + 719'468;
   const int64_t era = floor_div(z, 146'097);
-  const int64_t doe = z - era * 146'097;                                      // [0, 146096]
+  const int64_t doe = z - era * 146'097;                                         // [0, 146096]
   const int64_t yoe = (doe - doe / 1'460 + doe / 36'524 - doe / 146'096) / 365;  // [0, 399]
-  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);               // [0, 365]
-  const int64_t mp = (5 * doy + 2) / 153;                                    // March = 0
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);                   // [0, 365]
+  const int64_t mp = (5 * doy + 2) / 153;                                        // March = 0
   const int64_t day = doy - (153 * mp + 2) / 5 + 1;
   const int64_t month = mp < 10 ? mp + 3 : mp - 9;
   const int64_t year = yoe + era * 400 + (month <= 2 ? 1 : 0);
@@ -221,8 +222,9 @@ std::string format_timestamp_ms(int64_t ms) {
   rem %= 60'000;
   // RFC 3339 has four-digit years only; outside 0000-9999 the year is written as ISO
   // 8601's expanded form with a sign and six digits, as JavaScript's toISOString does.
-  const std::string y = year >= 0 && year <= 9999 ? fmt::format("{:04}", year)
-                                                  : fmt::format("{}{:06}", year < 0 ? '-' : '+', year < 0 ? -year : year);
+  const std::string y = year >= 0 && year <= 9999
+                            ? fmt::format("{:04}", year)
+                            : fmt::format("{}{:06}", year < 0 ? '-' : '+', year < 0 ? -year : year);
   return fmt::format("{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", y, month, day, h, mi, rem / 1000, rem % 1000);
 }
 

@@ -32,9 +32,10 @@ agg_pipeline::agg_pipeline(const ingest_config& cfg, storage::db& db, ownership_
                            batch_builder& builder)
     : cfg_(cfg), db_(db), ownership_(ownership), builder_(builder), exactly_once_(cfg.exactly_once) {}
 
-result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& cfg, std::vector<const view_def*> views,
-                                                           storage::db& db, ownership_registry& ownership,
-                                                           batch_builder& builder, prometheus::Registry* metrics) {
+result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& cfg,
+                                                           const std::vector<const view_def*>& views, storage::db& db,
+                                                           ownership_registry& ownership, batch_builder& builder,
+                                                           prometheus::Registry* metrics) {
   std::unique_ptr<agg_pipeline> p(new agg_pipeline(cfg, db, ownership, builder));
   for (const auto* v : views) {
     auto id = db.find_view(v->name);
@@ -52,17 +53,24 @@ result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& 
   }
   p->murmur2_ = *make_partitioner("murmur2");
   if (metrics) {
-    p->m_restored_ = &prometheus::BuildCounter().Name("kstate_restore_records_total")
-                       .Help("Changelog records applied to a local store (restores)").Register(*metrics);
-    p->m_late_ = &prometheus::BuildCounter().Name("kstate_ingest_late_records_total")
-                  .Help("Records of windowed stores dropped because every window they fall in had closed")
-                  .Register(*metrics);
-    p->m_txn_ = &prometheus::BuildCounter().Name("kstate_ingest_transactions_total")
-                  .Help("Aggregate batches made durable in Kafka, by outcome").Register(*metrics);
-    p->m_future_ = &prometheus::BuildCounter().Name("kstate_ingest_future_records_total")
-                    .Help("Records of windowed stores rejected because their event time was more than "
-                          "window.max_future ahead of the clock")
-                    .Register(*metrics);
+    p->m_restored_ = &prometheus::BuildCounter()
+                          .Name("kstate_restore_records_total")
+                          .Help("Changelog records applied to a local store (restores)")
+                          .Register(*metrics);
+    p->m_late_ = &prometheus::BuildCounter()
+                      .Name("kstate_ingest_late_records_total")
+                      .Help("Records of windowed stores dropped because every window they fall in had closed")
+                      .Register(*metrics);
+    p->m_txn_ = &prometheus::BuildCounter()
+                     .Name("kstate_ingest_transactions_total")
+                     .Help("Aggregate batches made durable in Kafka, by outcome")
+                     .Register(*metrics);
+    p->m_future_ = &prometheus::BuildCounter()
+                        .Name("kstate_ingest_future_records_total")
+                        .Help(
+                            "Records of windowed stores rejected because their event time was more than "
+                            "window.max_future ahead of the clock")
+                        .Register(*metrics);
   }
   return p;
 }
@@ -131,16 +139,14 @@ status agg_pipeline::produce(const std::string& topic, int32_t partition, std::s
     rd_kafka_resp_err_t err;
     if (changelog) {
       err = rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
-                              RD_KAFKA_V_KEY(key.data(), key.size()),
-                              RD_KAFKA_V_VALUE(vptr, vlen), RD_KAFKA_V_TIMESTAMP(ts),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_KEY(key.data(), key.size()), RD_KAFKA_V_VALUE(vptr, vlen),
+                              RD_KAFKA_V_TIMESTAMP(ts), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                               RD_KAFKA_V_HEADER(changelog_offset_header, off.data(), static_cast<ssize_t>(off.size())),
                               RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(1)), RD_KAFKA_V_END);
     } else {
       err = rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
-                              RD_KAFKA_V_KEY(key.data(), key.size()),
-                              RD_KAFKA_V_VALUE(vptr, vlen), RD_KAFKA_V_TIMESTAMP(ts),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+                              RD_KAFKA_V_KEY(key.data(), key.size()), RD_KAFKA_V_VALUE(vptr, vlen),
+                              RD_KAFKA_V_TIMESTAMP(ts), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     }
     if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
       rd_kafka_poll(producer_, 10);
@@ -164,8 +170,9 @@ result<std::optional<std::string>> agg_pipeline::current(view_state& v, int32_t 
 }
 
 bool agg_pipeline::refuse_future(view_state& v, const record& r, int64_t ts) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   auto why = check_future(*v.def, ts, now);
   if (why.empty()) return false;
   if (m_future_) m_future_->Add({{"store", v.def->name}}).Increment();
@@ -248,8 +255,8 @@ status agg_pipeline::stage2(view_state& v, const record& r) {
   if (!any) {
     ++late_total_;
     if (m_late_) m_late_->Add({{"store", v.def->name}}).Increment();
-    log()->debug("{}-{}@{}: late for store {} (event time {}, stream time {}): dropped", r.topic, r.partition,
-                 r.offset, v.def->name, ts, stream_time);
+    log()->debug("{}-{}@{}: late for store {} (event time {}, stream time {}): dropped", r.topic, r.partition, r.offset,
+                 v.def->name, ts, stream_time);
   } else {
     builder_.note_applied(v.def->name, r.topic, r.partition);
   }
@@ -377,13 +384,19 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
         rd_kafka_consumer_group_metadata(consumer_), rd_kafka_consumer_group_metadata_destroy);
     for (;;) {
       rd_kafka_error_t* e = rd_kafka_send_offsets_to_transaction(producer_, offsets.get(), md.get(), -1);
-      if (e && rd_kafka_error_is_retriable(e)) { rd_kafka_error_destroy(e); continue; }
+      if (e && rd_kafka_error_is_retriable(e)) {
+        rd_kafka_error_destroy(e);
+        continue;
+      }
       if (auto o = handle(e, "send_offsets_to_transaction")) return *o;
       break;
     }
     for (;;) {
       rd_kafka_error_t* e = rd_kafka_commit_transaction(producer_, -1);
-      if (e && rd_kafka_error_is_retriable(e)) { rd_kafka_error_destroy(e); continue; }
+      if (e && rd_kafka_error_is_retriable(e)) {
+        rd_kafka_error_destroy(e);
+        continue;
+      }
       if (auto o = handle(e, "commit_transaction")) return *o;
       break;
     }
@@ -396,7 +409,8 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
   // Durable in Kafka: now the same updates and positions go to RocksDB in the engine's
   // batch. A crash before that write is caught up from the changelog on restart.
   for (auto& [k, c] : cache_)
-    if (c.dirty) batch.put(views_[std::get<0>(k)].id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
+    if (c.dirty)
+      batch.put(views_[std::get<0>(k)].id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
   for (const auto& [tp, next] : consumed_) {
     auto it = stage2_.find(tp.first);
     if (it == stage2_.end()) continue;

@@ -35,7 +35,8 @@
 
 namespace prometheus {
 class Registry;
-template <typename T> class Family;
+template <typename T>
+class Family;
 class Counter;
 }  // namespace prometheus
 
@@ -54,9 +55,10 @@ class agg_pipeline {
  public:
   // `views` (aggregate views only), `db`, `ownership` and `builder` outlive the pipeline.
   // An error names a view that has no column family in `db`.
-  static result<std::unique_ptr<agg_pipeline>> create(const ingest_config& cfg, std::vector<const view_def*> views,
-                                                      storage::db& db, ownership_registry& ownership,
-                                                      batch_builder& builder, prometheus::Registry* metrics);
+  static result<std::unique_ptr<agg_pipeline>> create(const ingest_config& cfg,
+                                                      const std::vector<const view_def*>& views, storage::db& db,
+                                                      ownership_registry& ownership, batch_builder& builder,
+                                                      prometheus::Registry* metrics);
   ~agg_pipeline();
 
   // Creates the producer (transactional under exactly_once; init_transactions fences a
@@ -110,10 +112,10 @@ class agg_pipeline {
     aggregator agg;
   };
   struct cached {
-    std::string state;      // aggregate JSON
-    int64_t input_offset;   // offset of the last record folded in
-    int64_t timestamp = -1; // event time of the last record folded in (changelog timestamp)
-    bool dirty = false;     // changed in this batch (cache mode: not yet produced)
+    std::string state;       // aggregate JSON
+    int64_t input_offset;    // offset of the last record folded in
+    int64_t timestamp = -1;  // event time of the last record folded in (changelog timestamp)
+    bool dirty = false;      // changed in this batch (cache mode: not yet produced)
   };
 
   // Topic administration (agg_topics.cc): creates missing repartition and changelog
@@ -146,7 +148,7 @@ class agg_pipeline {
   rd_kafka_t* producer_ = nullptr;
   rd_kafka_t* restorer_ = nullptr;
   partitioner_fn murmur2_;
-  std::set<std::string> topics_;                          // every topic the group consumer reads for us
+  std::set<std::string> topics_;                                    // every topic the group consumer reads for us
   std::map<std::string, std::vector<size_t>, std::less<>> stage1_;  // source topic -> re-keyed views
   std::map<std::string, std::vector<size_t>, std::less<>> stage2_;  // store topic -> views
 
@@ -160,7 +162,12 @@ class agg_pipeline {
   std::map<std::pair<std::string, int32_t>, int64_t> delivered_end_;  // changelog partition -> last offset + 1
   rd_kafka_resp_err_t delivery_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
   // Planned restores: (view index, partition, from changelog offset, input resume).
-  struct planned { size_t view; int32_t partition; int64_t from; std::optional<int64_t> resume; };
+  struct planned {
+    size_t view;
+    int32_t partition;
+    int64_t from;
+    std::optional<int64_t> resume;
+  };
   std::vector<planned> planned_;
   std::atomic<uint64_t> restored_total_{0};
   std::atomic<uint64_t> late_total_{0};

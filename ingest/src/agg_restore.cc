@@ -29,8 +29,9 @@ result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topi
     log()->warn("committed offset of {}-{}: {}; retrying", topic, partition, rd_kafka_err2str(err));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  if (err) return status::unavailable("reading the committed offset of " + topic + "-" + std::to_string(partition) + ": " +
-                              rd_kafka_err2str(err));
+  if (err)
+    return status::unavailable("reading the committed offset of " + topic + "-" + std::to_string(partition) + ": " +
+                               rd_kafka_err2str(err));
   std::optional<int64_t> committed;
   if (list->elems[0].offset >= 0) committed = list->elems[0].offset;
 
@@ -88,7 +89,8 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
   int64_t low = 0, high = 0;
   // With isolation.level=read_committed the high mark is the last stable offset.
   auto werr = rd_kafka_query_watermark_offsets(restorer_, cl.c_str(), partition, &low, &high, 10'000);
-  if (werr) return status::unavailable("watermarks of " + cl + "-" + std::to_string(partition) + ": " + rd_kafka_err2str(werr));
+  if (werr)
+    return status::unavailable("watermarks of " + cl + "-" + std::to_string(partition) + ": " + rd_kafka_err2str(werr));
   from = std::max(from, low);
   int64_t total = std::max<int64_t>(0, high - from);
   ownership_.update_restore(def.topic, partition, 0, total);
@@ -137,8 +139,7 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
       if (def.windowed()) stream_time = std::max(stream_time, rd_kafka_message_timestamp(m, nullptr));
       if (m->payload)
         batch.put(v.id, partition, key, frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
-      else
-        batch.del(v.id, partition, key);
+      else batch.del(v.id, partition, key);
       end = m->offset + 1;
       ++applied;
       rd_kafka_message_destroy(m);
@@ -162,7 +163,8 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
   ownership_.update_restore(def.topic, partition, end - from, total);
   restored_total_ += applied;
   if (m_restored_)
-    m_restored_->Add({{"store", def.name}, {"partition", std::to_string(partition)}}).Increment(static_cast<double>(applied));
+    m_restored_->Add({{"store", def.name}, {"partition", std::to_string(partition)}})
+        .Increment(static_cast<double>(applied));
   log()->info("restored {} records of {}-{} (offsets {}..{}) into store {} in {} ms; input resumes at {}", applied, cl,
               partition, from, end, def.name,
               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count(),

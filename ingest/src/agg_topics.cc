@@ -11,7 +11,13 @@ namespace kstate::ingest {
 
 status agg_pipeline::create_topics() {
   // Wanted topics with their partition counts.
-  struct wanted { std::string name; int32_t partitions; int replication; bool compact; const view_def* def; };
+  struct wanted {
+    std::string name;
+    int32_t partitions;
+    int replication;
+    bool compact;
+    const view_def* def;
+  };
   std::vector<wanted> want;
   for (const auto& vs : views_) {
     const auto& v = *vs.def;
@@ -56,7 +62,7 @@ status agg_pipeline::create_topics() {
       if (e == RD_KAFKA_RESP_ERR_NO_ERROR) log()->info("created topic {}", rd_kafka_topic_result_name(res[i]));
       else if (e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
         result = status::unavailable(std::string("creating topic ") + rd_kafka_topic_result_name(res[i]) + ": " +
-                             rd_kafka_topic_result_error_string(res[i]));
+                                     rd_kafka_topic_result_error_string(res[i]));
     }
   }
   if (ev) rd_kafka_event_destroy(ev);
@@ -84,12 +90,13 @@ status agg_pipeline::create_topics() {
         if (v.rekeyed()) ownership_.set_partition_count(v.topic, counts[v.topic]);
         if (counts[v.changelog_topic] < ownership_.partition_count(v.topic))
           return status::invalid_argument("changelog topic '" + v.changelog_topic + "' has " +
-                                  std::to_string(counts[v.changelog_topic]) + " partitions, fewer than '" + v.topic +
-                                  "' (" + std::to_string(ownership_.partition_count(v.topic)) + ")");
+                                          std::to_string(counts[v.changelog_topic]) + " partitions, fewer than '" +
+                                          v.topic + "' (" + std::to_string(ownership_.partition_count(v.topic)) + ")");
       }
       return status::ok_status();
     }
-    if (std::chrono::steady_clock::now() > deadline) return status::unavailable("created topics did not appear in metadata");
+    if (std::chrono::steady_clock::now() > deadline)
+      return status::unavailable("created topics did not appear in metadata");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }

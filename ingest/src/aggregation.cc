@@ -104,9 +104,7 @@ std::optional<json> number_of(const view_def& v, std::optional<std::string_view>
     case json_verdict::invalid:
       why = v.value_path.empty() ? "value is not a number" : "value is not valid JSON";
       return std::nullopt;
-    case json_verdict::too_deep:
-      why = too_deep("value", max_json_depth);
-      return std::nullopt;
+    case json_verdict::too_deep: why = too_deep("value", max_json_depth); return std::nullopt;
   }
   const json* n = &doc;
   if (!v.value_path.empty()) {
@@ -204,8 +202,8 @@ std::string check_group_key(const view_def& view, std::string_view key, int max_
   return {};
 }
 
-std::string group_keys(const view_def& view, std::optional<std::string_view> key,
-                       std::optional<std::string_view> value, int max_json_depth, std::vector<std::string>& out) {
+std::string group_keys(const view_def& view, std::optional<std::string_view> key, std::optional<std::string_view> value,
+                       int max_json_depth, std::vector<std::string>& out) {
   switch (view.group_by) {
     case group_by_kind::key:
       if (!key) return "null key: nothing to group by";
@@ -299,20 +297,18 @@ aggregator::outcome aggregator::apply(std::optional<std::string_view> current,
   }
   bool fresh = !current;
   switch (view_.kind) {
-    case view_kind::table:
-      out.error = "a table is not an aggregate";
-      return out;
-    case view_kind::count:
-      state = fresh ? json(int64_t{1}) : add(state, json(int64_t{1}));
-      break;
-    case view_kind::sum:
-      state = fresh ? *n : add(state, *n);
-      break;
+    case view_kind::table: out.error = "a table is not an aggregate"; return out;
+    case view_kind::count: state = fresh ? json(int64_t{1}) : add(state, json(int64_t{1})); break;
+    case view_kind::sum: state = fresh ? *n : add(state, *n); break;
     case view_kind::reduce:
       switch (view_.reduce) {
         case reduce_op::latest: state = *n; break;
-        case reduce_op::min: if (fresh || less(*n, state)) state = *n; break;
-        case reduce_op::max: if (fresh || less(state, *n)) state = *n; break;
+        case reduce_op::min:
+          if (fresh || less(*n, state)) state = *n;
+          break;
+        case reduce_op::max:
+          if (fresh || less(state, *n)) state = *n;
+          break;
       }
       break;
     case view_kind::aggregate: {

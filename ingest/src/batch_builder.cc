@@ -33,8 +33,7 @@ std::string validate(const view_def& view, const record& r, int max_json_depth) 
     case data_format::json:
       if (auto why = json_problem(*r.key, max_json_depth, "key", "key_format json"); !why.empty()) return why;
       break;
-    case data_format::bytes:
-      break;
+    case data_format::bytes: break;
   }
   if (!r.value) return {};  // tombstone: valid for every format
   switch (view.value_format) {
@@ -44,8 +43,7 @@ std::string validate(const view_def& view, const record& r, int max_json_depth) 
     case data_format::json:
       if (auto why = json_problem(*r.value, max_json_depth, "value", "value_format json"); !why.empty()) return why;
       break;
-    case data_format::bytes:
-      break;
+    case data_format::bytes: break;
   }
   return {};
 }
@@ -136,10 +134,10 @@ void batch_builder::add(const record& r) {
     if (!reason.empty()) {
       ++c.invalid;
       ++vc.invalid;
-      rejections_.push_back(rejection{
-          slot.def->name, slot.def->dead_letter_topic, cur.topic, r.partition, r.offset,
-          r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
-          r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt, std::move(reason)});
+      rejections_.push_back(rejection{slot.def->name, slot.def->dead_letter_topic, cur.topic, r.partition, r.offset,
+                                      r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
+                                      r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt,
+                                      std::move(reason)});
     } else if (r.value) {
       if (!framed) {
         frame = frame_header(r.offset);
@@ -178,10 +176,10 @@ storage::write_batch& batch_builder::batch() {
 void batch_builder::reject(const view_def& view, const record& r, std::string reason) {
   ++counts_[{std::string(r.topic), r.partition}].invalid;
   ++view_counts_[std::make_tuple(view.name, std::string(r.topic), r.partition)].invalid;
-  rejections_.push_back(rejection{
-      view.name, view.dead_letter_topic, std::string(r.topic), r.partition, r.offset,
-      r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
-      r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt, std::move(reason)});
+  rejections_.push_back(rejection{view.name, view.dead_letter_topic, std::string(r.topic), r.partition, r.offset,
+                                  r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
+                                  r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt,
+                                  std::move(reason)});
 }
 
 void batch_builder::note_applied(const std::string& view, std::string_view topic, int32_t partition) {

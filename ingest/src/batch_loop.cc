@@ -5,7 +5,9 @@
 namespace kstate::ingest {
 namespace {
 
-struct message_deleter { void operator()(rd_kafka_message_t* m) const { rd_kafka_message_destroy(m); } };
+struct message_deleter {
+  void operator()(rd_kafka_message_t* m) const { rd_kafka_message_destroy(m); }
+};
 using message_ptr = std::unique_ptr<rd_kafka_message_t, message_deleter>;
 
 // The record a message holds; borrows the message's bytes.

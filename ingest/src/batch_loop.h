@@ -23,10 +23,10 @@
 namespace kstate::ingest {
 
 struct batch_loop_options {
-  std::string name;                      // the consumer, in log lines and errors ("standby consumer")
-  size_t max_batch_records = 10'000;     // ingest_config::max_batch_records
+  std::string name;                               // the consumer, in log lines and errors ("standby consumer")
+  size_t max_batch_records = 10'000;              // ingest_config::max_batch_records
   std::chrono::milliseconds max_batch_delay{50};  // ingest_config::max_batch_delay
-  int idle_poll_ms = 100;                // how long a poll waits when nothing is pending
+  int idle_poll_ms = 100;                         // how long a poll waits when nothing is pending
 };
 
 // Every hook but `write` may be empty. A hook's error ends the loop and is returned.

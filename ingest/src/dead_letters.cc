@@ -104,13 +104,10 @@ dead_letter_sender::failure dead_letter_sender::classify(rd_kafka_resp_err_t err
     case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
     case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
     case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
-    case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID:
-      return failure::transient;
+    case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID: return failure::transient;
     case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-      return failure::too_large;
-    default:
-      return failure::permanent;
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE: return failure::too_large;
+    default: return failure::permanent;
   }
 }
 
@@ -118,39 +115,37 @@ dead_letter_sender::failure dead_letter_sender::classify(rd_kafka_resp_err_t err
 const char* dead_letter_sender::reason_label(rd_kafka_resp_err_t err) {
   switch (err) {
     case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-      return "too_large";
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE: return "too_large";
     case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-      return "not_authorized";
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED: return "not_authorized";
     case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
     case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-      return "unknown_topic";
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION: return "unknown_topic";
     case RD_KAFKA_RESP_ERR_INVALID_RECORD:
     case RD_KAFKA_RESP_ERR_INVALID_MSG:
     case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
     case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
-    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
-      return "invalid_record";
-    default:
-      return "other";
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT: return "invalid_record";
+    default: return "other";
   }
 }
 
 dead_letter_sender::dead_letter_sender(const ingest_config& cfg, error_fn on_error, keep_trying_fn keep_trying,
                                        ingest_stats& stats, prometheus::Registry* metrics)
-    : cfg_(cfg), on_error_(std::move(on_error)), keep_trying_(std::move(keep_trying)),
-      stats_(stats) {
+    : cfg_(cfg), on_error_(std::move(on_error)), keep_trying_(std::move(keep_trying)), stats_(stats) {
   if (metrics) {
-    m_dead_lettered_ = &prometheus::BuildCounter().Name("kstate_ingest_records_dead_lettered_total")
+    m_dead_lettered_ = &prometheus::BuildCounter()
+                            .Name("kstate_ingest_records_dead_lettered_total")
                             .Help("Rejected records delivered to a dead-letter topic (whole or as an envelope)")
                             .Register(*metrics);
-    m_truncated_ = &prometheus::BuildCounter().Name("kstate_ingest_dead_letters_truncated_total")
-                        .Help("Dead letters delivered as a bounded envelope because the whole record could not be "
-                              "produced, by why")
+    m_truncated_ = &prometheus::BuildCounter()
+                        .Name("kstate_ingest_dead_letters_truncated_total")
+                        .Help(
+                            "Dead letters delivered as a bounded envelope because the whole record could not be "
+                            "produced, by why")
                         .Register(*metrics);
-    m_failed_ = &prometheus::BuildCounter().Name("kstate_ingest_dead_letters_failed_total")
+    m_failed_ = &prometheus::BuildCounter()
+                     .Name("kstate_ingest_dead_letters_failed_total")
                      .Help("Dead letters that could not be delivered, not even as an envelope, by why")
                      .Register(*metrics);
   }
@@ -219,11 +214,11 @@ rd_kafka_resp_err_t dead_letter_sender::produce(const letter& l, uintptr_t tag) 
     // A byte prefix: for text it may end inside a multi-byte character.
     value_len = std::min(value_len, envelope_bytes);
   }
-  auto err = rd_kafka_producev(
-      producer_, RD_KAFKA_V_TOPIC(r.dead_letter_topic.c_str()), RD_KAFKA_V_KEY(key_ptr, key_len),
-      RD_KAFKA_V_VALUE(const_cast<char*>(value_ptr), value_len),  // copied: MSG_F_COPY
-      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h.get()),
-      RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(tag)), RD_KAFKA_V_END);
+  auto err =
+      rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(r.dead_letter_topic.c_str()), RD_KAFKA_V_KEY(key_ptr, key_len),
+                        RD_KAFKA_V_VALUE(const_cast<char*>(value_ptr), value_len),  // copied: MSG_F_COPY
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h.get()),
+                        RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(tag)), RD_KAFKA_V_END);
   if (!err) (void)h.release();  // the message owns its headers once produced
   return err;
 }
@@ -287,10 +282,11 @@ void dead_letter_sender::settle(letter& l) {
       ++stats_.dead_letters_truncated;
       if (m_truncated_)
         m_truncated_->Add({{"store", r.view}, {"topic", r.topic}, {"reason", reason_label(l.whole_error)}}).Increment();
-      log()->warn("dead letter of {}-{}@{} (store {}) could not be produced whole to {} ({}); delivered an envelope "
-                  "with its first {} bytes instead",
-                  r.topic, r.partition, r.offset, r.view, r.dead_letter_topic, rd_kafka_err2str(l.whole_error),
-                  std::min(envelope_bytes, r.value ? r.value->size() : size_t{0}));
+      log()->warn(
+          "dead letter of {}-{}@{} (store {}) could not be produced whole to {} ({}); delivered an envelope "
+          "with its first {} bytes instead",
+          r.topic, r.partition, r.offset, r.view, r.dead_letter_topic, rd_kafka_err2str(l.whole_error),
+          std::min(envelope_bytes, r.value ? r.value->size() : size_t{0}));
     }
     return;
   }
@@ -308,10 +304,11 @@ void dead_letter_sender::settle(letter& l) {
   l.settled = true;
   ++stats_.dead_letters_failed;
   if (m_failed_) m_failed_->Add({{"store", r.view}, {"topic", r.topic}, {"reason", reason_label(l.last)}}).Increment();
-  log()->error("dead letter of {}-{}@{} (store {}) could not be delivered to {}, not even as an envelope ({}; the "
-               "whole record: {}); skipped, counted in kstate_ingest_dead_letters_failed_total",
-               r.topic, r.partition, r.offset, r.view, r.dead_letter_topic, rd_kafka_err2str(l.last),
-               rd_kafka_err2str(l.whole_error));
+  log()->error(
+      "dead letter of {}-{}@{} (store {}) could not be delivered to {}, not even as an envelope ({}; the "
+      "whole record: {}); skipped, counted in kstate_ingest_dead_letters_failed_total",
+      r.topic, r.partition, r.offset, r.view, r.dead_letter_topic, rd_kafka_err2str(l.last),
+      rd_kafka_err2str(l.whole_error));
 }
 
 dead_letter_sender::outcome dead_letter_sender::deliver(const std::vector<rejection>& rejected) {

@@ -29,7 +29,8 @@
 
 namespace prometheus {
 class Registry;
-template <typename T> class Family;
+template <typename T>
+class Family;
 class Counter;
 }  // namespace prometheus
 

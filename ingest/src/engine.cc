@@ -124,13 +124,13 @@ struct engine::impl {
     auto rk = create_client(cfg, engine_consumer_spec(cfg), [this](rd_kafka_conf_t* conf) {
       rd_kafka_conf_set_error_cb(conf, error_cb);
       rd_kafka_conf_set_opaque(conf, this);
-      rd_kafka_conf_set_rebalance_cb(conf, [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
-                                              rd_kafka_topic_partition_list_t* parts, void* opaque) {
-        // Nothing may unwind through librdkafka's C frames.
-        auto* self = static_cast<impl*>(opaque);
-        if (auto why = guarded([&] { self->on_rebalance(rk, err, parts); }))
-          self->set_fatal("rebalance callback stopped by an exception: " + *why);
-      });
+      rd_kafka_conf_set_rebalance_cb(
+          conf, [](rd_kafka_t* rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* parts, void* opaque) {
+            // Nothing may unwind through librdkafka's C frames.
+            auto* self = static_cast<impl*>(opaque);
+            if (auto why = guarded([&] { self->on_rebalance(rk, err, parts); }))
+              self->set_fatal("rebalance callback stopped by an exception: " + *why);
+          });
     });
     if (!rk.ok()) return rk.error();
     consumer = rk.value().release();
@@ -152,10 +152,12 @@ struct engine::impl {
     while ((err = rd_kafka_metadata(rk, 1, nullptr, &md, 1000)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
       if (aborting) return status::unavailable("start aborted");
       if (auto auth = poll_auth_error(rk); !auth.empty())
-        return status::invalid_argument("Kafka at " + cfg.bootstrap_servers + " refused the credentials (check kafka: " +
-                                 "sasl.username / sasl.password / ssl.*): " + auth);
+        return status::invalid_argument(
+            "Kafka at " + cfg.bootstrap_servers +
+            " refused the credentials (check kafka: " + "sasl.username / sasl.password / ssl.*): " + auth);
       if (std::chrono::steady_clock::now() > deadline)
-        return status::unavailable(std::string("cannot reach Kafka at ") + cfg.bootstrap_servers + ": " + rd_kafka_err2str(err));
+        return status::unavailable(std::string("cannot reach Kafka at ") + cfg.bootstrap_servers + ": " +
+                                   rd_kafka_err2str(err));
       log()->warn("metadata request failed ({}), retrying", rd_kafka_err2str(err));
     }
     std::map<std::string, int32_t> counts;
@@ -180,6 +182,7 @@ struct engine::impl {
       if (!flush()) return;
       if (cfg.before_assign) {
         std::vector<std::pair<std::string, int32_t>> taken;
+        taken.reserve(parts->cnt);
         for (int i = 0; i < parts->cnt; ++i) taken.emplace_back(parts->elems[i].topic, parts->elems[i].partition);
         cfg.before_assign(taken);
       }
@@ -235,7 +238,7 @@ struct engine::impl {
         applied[{topic, p.partition}] = at;
         added.push_back({topic, p.partition, high, !restoring && high >= 0 && (at >= high || high == low), at});
         log()->info("assigned {}-{}: resuming at {}, catching up to {}", topic, p.partition,
-                    resume ? std::to_string(*resume) : std::string("beginning"), high);
+                    resume ? std::to_string(at) : std::string("beginning"), high);
       }
       ownership.assign(added);
       if (agg) {
@@ -251,7 +254,10 @@ struct engine::impl {
       rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
       if (cooperative) e = rd_kafka_incremental_assign(rk, parts);
       else aerr = rd_kafka_assign(rk, parts);
-      if (e) { set_fatal(std::string("incremental assign: ") + rd_kafka_error_string(e)); rd_kafka_error_destroy(e); }
+      if (e) {
+        set_fatal(std::string("incremental assign: ") + rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+      }
       if (aerr) set_fatal(std::string("assign: ") + rd_kafka_err2str(aerr));
     } else {
       // Write what was consumed for these partitions before releasing them, so the
@@ -276,7 +282,10 @@ struct engine::impl {
       rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
       if (cooperative) e = rd_kafka_incremental_unassign(rk, parts);
       else aerr = rd_kafka_assign(rk, nullptr);
-      if (e) { set_fatal(std::string("incremental unassign: ") + rd_kafka_error_string(e)); rd_kafka_error_destroy(e); }
+      if (e) {
+        set_fatal(std::string("incremental unassign: ") + rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+      }
       if (aerr) set_fatal(std::string("unassign: ") + rd_kafka_err2str(aerr));
     }
     if (cfg.on_rebalance) cfg.on_rebalance();
@@ -294,9 +303,10 @@ struct engine::impl {
     // A batch's position never passes a dead letter that is not settled (see
     // dead_letters.h): delivered whole, as an envelope, or counted as failed.
     if (dead_letters && dead_letters->deliver(rejected) == dead_letter_sender::outcome::interrupted) {
-      log()->warn("stopping before the dead letters of the last batch were acknowledged: its {} records are not "
-                  "written and are read again at the next start",
-                  builder->pending_records());
+      log()->warn(
+          "stopping before the dead letters of the last batch were acknowledged: its {} records are not "
+          "written and are read again at the next start",
+          builder->pending_records());
       abandoned = true;
       return false;
     }
@@ -305,9 +315,7 @@ struct engine::impl {
       switch (agg->commit(builder->batch(), why)) {
         case agg_pipeline::outcome::committed: break;
         case agg_pipeline::outcome::aborted: ++stats.aborted; break;
-        case agg_pipeline::outcome::fatal:
-          set_fatal("aggregate transaction failed: " + why);
-          return false;
+        case agg_pipeline::outcome::fatal: set_fatal("aggregate transaction failed: " + why); return false;
       }
     }
     if (!builder->batch().empty()) {
@@ -330,8 +338,8 @@ struct engine::impl {
     }
     if (m_applied) {
       for (const auto& [key, c] : builder->view_counts()) {
-        prometheus::Labels l{{"store", std::get<0>(key)}, {"topic", std::get<1>(key)},
-                             {"partition", std::to_string(std::get<2>(key))}};
+        prometheus::Labels l{
+            {"store", std::get<0>(key)}, {"topic", std::get<1>(key)}, {"partition", std::to_string(std::get<2>(key))}};
         if (c.applied) m_applied->Add(l).Increment(static_cast<double>(c.applied));
         if (c.invalid) m_invalid->Add(l).Increment(static_cast<double>(c.invalid));
       }
@@ -367,7 +375,8 @@ struct engine::impl {
   void publish_progress() {
     for (const auto& [tp, next] : applied) {
       int64_t low = -1, high = -1;
-      if (rd_kafka_get_watermark_offsets(consumer, tp.first.c_str(), tp.second, &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR)
+      if (rd_kafka_get_watermark_offsets(consumer, tp.first.c_str(), tp.second, &low, &high) !=
+          RD_KAFKA_RESP_ERR_NO_ERROR)
         high = -1;
       ownership.update_progress(tp.first, tp.second, next, high);
     }
@@ -380,7 +389,8 @@ struct engine::impl {
     for (const auto& [tp, next] : applied)
       // Aggregate inputs: the committed offset is the pipeline's (it moves with the
       // outputs), never overwritten here.
-      if (next > 0 && !(agg && agg->handles(tp.first))) rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+      if (next > 0 && !(agg && agg->handles(tp.first)))
+        rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
     if (list->cnt == 0) return;
     auto err = rd_kafka_commit(consumer, list.get(), sync ? 0 : 1);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -433,22 +443,38 @@ engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, 
   impl_->notifier = notifier;
   impl_->metrics = metrics;
   if (metrics) {
-    impl_->m_consumed = &prometheus::BuildCounter().Name("kstate_ingest_records_consumed_total")
-                             .Help("Records consumed from source topics").Register(*metrics);
-    impl_->m_consumed_bytes = &prometheus::BuildCounter().Name("kstate_ingest_bytes_consumed_total")
-                                   .Help("Key and value bytes consumed from source topics").Register(*metrics);
-    impl_->m_invalid = &prometheus::BuildCounter().Name("kstate_ingest_records_invalid_total")
-                            .Help("Records rejected by a view (malformed)").Register(*metrics);
-    impl_->m_applied = &prometheus::BuildCounter().Name("kstate_ingest_records_applied_total")
-                            .Help("Records applied to a store").Register(*metrics);
-    impl_->m_batch_records = &prometheus::BuildHistogram().Name("kstate_ingest_batch_records")
-                                  .Help("Records per applied batch (one RocksDB write)").Register(*metrics)
-                                  .Add({}, prometheus::Histogram::BucketBoundaries{1, 10, 100, 1000, 5000, 10000, 50000});
-    impl_->m_apply_seconds = &prometheus::BuildHistogram().Name("kstate_ingest_apply_duration_seconds")
-                                  .Help("Time to apply one batch (dead letters + RocksDB write)").Register(*metrics)
-                                  .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1});
-    impl_->m_rebalances = &prometheus::BuildCounter().Name("kstate_ingest_rebalances_total")
-                               .Help("Assignment changes of this instance").Register(*metrics);
+    impl_->m_consumed = &prometheus::BuildCounter()
+                             .Name("kstate_ingest_records_consumed_total")
+                             .Help("Records consumed from source topics")
+                             .Register(*metrics);
+    impl_->m_consumed_bytes = &prometheus::BuildCounter()
+                                   .Name("kstate_ingest_bytes_consumed_total")
+                                   .Help("Key and value bytes consumed from source topics")
+                                   .Register(*metrics);
+    impl_->m_invalid = &prometheus::BuildCounter()
+                            .Name("kstate_ingest_records_invalid_total")
+                            .Help("Records rejected by a view (malformed)")
+                            .Register(*metrics);
+    impl_->m_applied = &prometheus::BuildCounter()
+                            .Name("kstate_ingest_records_applied_total")
+                            .Help("Records applied to a store")
+                            .Register(*metrics);
+    impl_->m_batch_records =
+        &prometheus::BuildHistogram()
+             .Name("kstate_ingest_batch_records")
+             .Help("Records per applied batch (one RocksDB write)")
+             .Register(*metrics)
+             .Add({}, prometheus::Histogram::BucketBoundaries{1, 10, 100, 1000, 5000, 10000, 50000});
+    impl_->m_apply_seconds =
+        &prometheus::BuildHistogram()
+             .Name("kstate_ingest_apply_duration_seconds")
+             .Help("Time to apply one batch (dead letters + RocksDB write)")
+             .Register(*metrics)
+             .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1});
+    impl_->m_rebalances = &prometheus::BuildCounter()
+                               .Name("kstate_ingest_rebalances_total")
+                               .Help("Assignment changes of this instance")
+                               .Register(*metrics);
   }
 }
 
@@ -475,7 +501,7 @@ status engine::start() {
       return status::not_found("dead-letter " + s.message());
   }
   if (!aggregates.empty()) {
-    auto agg = agg_pipeline::create(i.cfg, std::move(aggregates), i.db, i.ownership, *i.builder, i.metrics);
+    auto agg = agg_pipeline::create(i.cfg, aggregates, i.db, i.ownership, *i.builder, i.metrics);
     if (!agg.ok()) return agg.error();
     i.agg = std::move(agg.value());
     if (auto s = i.agg->start(i.consumer, i.topics); !s.ok()) return s;

@@ -49,7 +49,8 @@ result<std::optional<std::string>> first_record(rd_kafka_t* consumer, const std:
                                                 std::chrono::steady_clock::time_point deadline) {
   tpl_ptr list(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
-  if (auto e = rd_kafka_assign(consumer, list.get())) return status::unavailable(std::string("assign: ") + rd_kafka_err2str(e));
+  if (auto e = rd_kafka_assign(consumer, list.get()))
+    return status::unavailable(std::string("assign: ") + rd_kafka_err2str(e));
   std::optional<std::string> out;
   status failed = status::ok_status();
   while (std::chrono::steady_clock::now() < deadline) {
@@ -74,7 +75,8 @@ result<std::optional<std::string>> first_record(rd_kafka_t* consumer, const std:
   }
   (void)rd_kafka_assign(consumer, nullptr);  // a failed unassign leaves nothing to undo here
   if (!failed.ok()) return failed;
-  if (!out && std::chrono::steady_clock::now() >= deadline) return status::unavailable("reading '" + topic + "' timed out");
+  if (!out && std::chrono::steady_clock::now() >= deadline)
+    return status::unavailable("reading '" + topic + "' timed out");
   return out;
 }
 
@@ -107,8 +109,8 @@ result<std::string> read_group_secret(const ingest_config& cfg, std::chrono::mil
       secret[2 * i + 1] = hex[raw[i] & 15];
     }
     auto err = rd_kafka_producev(producer->get(), RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(0),
-                                 RD_KAFKA_V_VALUE(secret.data(), secret.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                 RD_KAFKA_V_END);
+                                 RD_KAFKA_V_VALUE(secret.data(), secret.size()),
+                                 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     if (err) return status::unavailable("writing the group secret to '" + topic + "': " + rd_kafka_err2str(err));
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (auto f = rd_kafka_flush(producer->get(), static_cast<int>(std::max<int64_t>(left.count(), 1000))))

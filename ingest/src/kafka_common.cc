@@ -60,8 +60,10 @@ std::shared_ptr<spdlog::logger> log() {
 }
 
 spdlog::level::level_enum rdkafka_level(int level) noexcept {
-  return level <= 3 ? spdlog::level::err : level == 4 ? spdlog::level::warn
-       : level <= 6 ? spdlog::level::info : spdlog::level::debug;
+  return level <= 3   ? spdlog::level::err
+         : level == 4 ? spdlog::level::warn
+         : level <= 6 ? spdlog::level::info
+                      : spdlog::level::debug;
 }
 
 status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v) {
@@ -87,7 +89,10 @@ client_spec engine_consumer_spec(const ingest_config& cfg) {
 }
 
 client_spec standby_consumer_spec(const ingest_config& cfg) {
-  return {RD_KAFKA_CONSUMER, "standby consumer", "-standby", source_consumer_defaults(),
+  return {RD_KAFKA_CONSUMER,
+          "standby consumer",
+          "-standby",
+          source_consumer_defaults(),
           {{"enable.auto.commit", "false"},
            {"enable.auto.offset.store", "false"},
            // librdkafka wants a group id even for a consumer that only assigns; this one
@@ -133,8 +138,8 @@ result<conf_ptr> make_conf(const ingest_config& cfg, const client_spec& spec) {
       if (s = set_prop(conf.get(), k, v); !s.ok()) break;
   }
   if (s.ok())
-    s = set_props(conf.get(), {{"bootstrap.servers", cfg.bootstrap_servers},
-                               {"client.id", cfg.client_id + spec.client_id_suffix}});
+    s = set_props(conf.get(),
+                  {{"bootstrap.servers", cfg.bootstrap_servers}, {"client.id", cfg.client_id + spec.client_id_suffix}});
   if (s.ok()) s = set_props(conf.get(), spec.fixed);
   if (!s.ok()) return s.prefixed(spec.name);
   rd_kafka_conf_set_log_cb(conf.get(), rdkafka_log);

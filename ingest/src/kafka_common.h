@@ -25,17 +25,29 @@ spdlog::level::level_enum rdkafka_level(int level) noexcept;
 // Sets a librdkafka property; the error names the property and librdkafka's reason.
 status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& v);
 
-struct conf_deleter { void operator()(rd_kafka_conf_t* c) const { rd_kafka_conf_destroy(c); } };
+struct conf_deleter {
+  void operator()(rd_kafka_conf_t* c) const { rd_kafka_conf_destroy(c); }
+};
 using conf_ptr = std::unique_ptr<rd_kafka_conf_t, conf_deleter>;
-struct client_deleter { void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); } };
+struct client_deleter {
+  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
+};
 using client_ptr = std::unique_ptr<rd_kafka_t, client_deleter>;
-struct tpl_deleter { void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); } };
+struct tpl_deleter {
+  void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); }
+};
 using tpl_ptr = std::unique_ptr<rd_kafka_topic_partition_list_t, tpl_deleter>;
-struct error_deleter { void operator()(rd_kafka_error_t* e) const { rd_kafka_error_destroy(e); } };
+struct error_deleter {
+  void operator()(rd_kafka_error_t* e) const { rd_kafka_error_destroy(e); }
+};
 using error_ptr = std::unique_ptr<rd_kafka_error_t, error_deleter>;
-struct event_deleter { void operator()(rd_kafka_event_t* e) const { rd_kafka_event_destroy(e); } };
+struct event_deleter {
+  void operator()(rd_kafka_event_t* e) const { rd_kafka_event_destroy(e); }
+};
 using event_ptr = std::unique_ptr<rd_kafka_event_t, event_deleter>;
-struct options_deleter { void operator()(rd_kafka_AdminOptions_t* o) const { rd_kafka_AdminOptions_destroy(o); } };
+struct options_deleter {
+  void operator()(rd_kafka_AdminOptions_t* o) const { rd_kafka_AdminOptions_destroy(o); }
+};
 using options_ptr = std::unique_ptr<rd_kafka_AdminOptions_t, options_deleter>;
 
 using kafka_props = std::vector<std::pair<std::string, std::string>>;
@@ -53,8 +65,8 @@ struct client_spec {
 };
 
 // The property sets of kstate's clients.
-client_spec engine_consumer_spec(const ingest_config& cfg);     // the group member (engine)
-client_spec standby_consumer_spec(const ingest_config& cfg);    // standby copies, assign only
+client_spec engine_consumer_spec(const ingest_config& cfg);   // the group member (engine)
+client_spec standby_consumer_spec(const ingest_config& cfg);  // standby copies, assign only
 client_spec dead_letter_producer_spec();
 client_spec aggregate_producer_spec(const ingest_config& cfg);  // transactional with exactly_once
 client_spec restore_consumer_spec(const ingest_config& cfg);    // changelog restores, assign only

@@ -69,13 +69,12 @@ bool same_members(const std::vector<member_info>& a, const std::vector<member_in
   for (size_t i = 0; i < a.size(); ++i) {
     const auto& x = a[i];
     const auto& y = b[i];
-    if (x.member_id != y.member_id || x.client_id != y.client_id || x.endpoint != y.endpoint ||
-        x.host != y.host || x.partitions != y.partitions)
+    if (x.member_id != y.member_id || x.client_id != y.client_id || x.endpoint != y.endpoint || x.host != y.host ||
+        x.partitions != y.partitions)
       return false;
   }
   return true;
 }
-
 
 // Rebalance callbacks come in bursts (cooperative rebalancing revokes, then assigns);
 // refreshes prompted by them are at least this far apart.
@@ -126,8 +125,8 @@ struct membership_watcher::impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  bool wake = false;       // guarded by mu
-  bool stop_req = false;   // guarded by mu
+  bool wake = false;      // guarded by mu
+  bool stop_req = false;  // guarded by mu
   std::atomic<bool> stopping{false};
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> failures{0};
@@ -138,8 +137,7 @@ struct membership_watcher::impl {
   cluster_snapshot last;
   bool failing = false;
 
-  impl(const ingest_config& k, membership_config c, membership_registry& r)
-      : kafka_cfg(k), cfg(c), registry(r) {}
+  impl(const ingest_config& k, membership_config c, membership_registry& r) : kafka_cfg(k), cfg(c), registry(r) {}
 
   ~impl() {
     if (queue) rd_kafka_queue_destroy(queue);
@@ -161,8 +159,9 @@ struct membership_watcher::impl {
 
   void note_failure(const std::string& what) {
     ++failures;
-    if (!failing) log()->warn("describing group '{}' failed: {}; retrying every {} ms", kafka_cfg.application_id,
-                              what, cfg.refresh_interval.count());
+    if (!failing)
+      log()->warn("describing group '{}' failed: {}; retrying every {} ms", kafka_cfg.application_id, what,
+                  cfg.refresh_interval.count());
     else log()->debug("describing group '{}' failed again: {}", kafka_cfg.application_id, what);
     failing = true;
   }
@@ -271,11 +270,11 @@ struct membership_watcher::impl {
       if (m.endpoint.empty())
         log()->warn("group '{}' member {} (client id '{}') advertises no endpoint; its partitions cannot be routed",
                     kafka_cfg.application_id, m.member_id, m.client_id);
-      log()->debug("group '{}' member {} at {}: {} partition(s)", kafka_cfg.application_id, m.member_id,
-                   m.endpoint, m.partitions.size());
+      log()->debug("group '{}' member {} at {}: {} partition(s)", kafka_cfg.application_id, m.member_id, m.endpoint,
+                   m.partitions.size());
     }
-    log()->info("group '{}' is {} with {} member(s) (membership version {})", kafka_cfg.application_id,
-                s.group_state, s.members.size(), s.version);
+    log()->info("group '{}' is {} with {} member(s) (membership version {})", kafka_cfg.application_id, s.group_state,
+                s.members.size(), s.version);
     last = s;
     have_published = true;
     registry.publish(std::move(s));
@@ -289,8 +288,8 @@ struct membership_watcher::impl {
       auto why = guarded([this] { run(); });
       if (!why) return;  // stopped
       ++failures;
-      log()->critical("membership watcher: {}; routing keeps the last published membership, retrying in {} ms",
-                      *why, cfg.refresh_interval.count());
+      log()->critical("membership watcher: {}; routing keeps the last published membership, retrying in {} ms", *why,
+                      cfg.refresh_interval.count());
       std::unique_lock lock(mu);
       if (cv.wait_for(lock, cfg.refresh_interval, [&] { return stop_req; })) return;
     }
@@ -298,7 +297,7 @@ struct membership_watcher::impl {
 
   void run() {
     using clock = std::chrono::steady_clock;
-    auto next_due = clock::now();                       // describe at once
+    auto next_due = clock::now();  // describe at once
     auto last_start = clock::now() - min_refresh_gap;
     while (true) {
       {
@@ -335,7 +334,8 @@ membership_watcher::~membership_watcher() { stop(); }
 status membership_watcher::start() {
   auto& i = *impl_;
   if (i.thread.joinable() || i.stopped) return status::invalid_argument("membership watcher already started");
-  if (i.kafka_cfg.application_id.empty()) return status::invalid_argument("membership watcher: application_id is empty");
+  if (i.kafka_cfg.application_id.empty())
+    return status::invalid_argument("membership watcher: application_id is empty");
   if (i.cfg.refresh_interval.count() <= 0 || i.cfg.unsettled_interval.count() <= 0 ||
       i.cfg.request_timeout.count() <= 0)
     return status::invalid_argument("membership watcher: intervals and timeout must be positive");

@@ -65,7 +65,7 @@ struct standby_engine::impl {
   // write and a claim never interleave.
   mutable std::mutex mu;
   std::condition_variable released_cv;
-  std::set<tp> current;           // assigned to the standby consumer
+  std::set<tp> current;  // assigned to the standby consumer
   // Partitions the owner took over, from release() until give_back(). No batch that
   // touches one is written, except, for a partition still in release_requests, the
   // hand-over's own write of what the copy holds of it.
@@ -77,8 +77,14 @@ struct standby_engine::impl {
 
   impl(ingest_config c, std::vector<view_def> v, storage::db& d, const ownership_registry& o,
        const membership_registry& m, std::string s, int r, change_notifier* n)
-      : cfg(std::move(c)), views(std::move(v)), db(d), ownership(o), membership(m), self(std::move(s)),
-        replicas(r), notifier(n) {}
+      : cfg(std::move(c)),
+        views(std::move(v)),
+        db(d),
+        ownership(o),
+        membership(m),
+        self(std::move(s)),
+        replicas(r),
+        notifier(n) {}
   ~impl() {
     if (consumer) rd_kafka_destroy(consumer);
   }
@@ -150,7 +156,8 @@ struct standby_engine::impl {
         else known = false;
       }
       auto resume = known ? builder->resume_offset(t, p) : std::nullopt;
-      rd_kafka_topic_partition_list_add(list.get(), t.c_str(), p)->offset = resume ? *resume : RD_KAFKA_OFFSET_BEGINNING;
+      rd_kafka_topic_partition_list_add(list.get(), t.c_str(), p)->offset =
+          resume ? *resume : RD_KAFKA_OFFSET_BEGINNING;
     }
     // A full assign: fetching starts over at these offsets, and messages fetched before
     // are discarded.
@@ -170,8 +177,7 @@ struct standby_engine::impl {
   status run() {
     auto last_plan = std::chrono::steady_clock::time_point{};
     bool replan = false;  // a batch was dropped: positions must be read again
-    batch_loop_options options{"standby consumer", static_cast<size_t>(cfg.max_batch_records),
-                               cfg.max_batch_delay, 50};
+    batch_loop_options options{"standby consumer", static_cast<size_t>(cfg.max_batch_records), cfg.max_batch_delay, 50};
     batch_loop_hooks hooks;
     hooks.each_turn = [&]() -> status {
       // Hand-overs first: the owner is waiting for them.
@@ -182,8 +188,7 @@ struct standby_engine::impl {
         excluded = claimed;
       }
       auto now = std::chrono::steady_clock::now();
-      if (releasing.empty() && !replan && now - last_plan < std::chrono::milliseconds(500))
-        return status::ok_status();
+      if (releasing.empty() && !replan && now - last_plan < std::chrono::milliseconds(500)) return status::ok_status();
       auto want = desired(excluded);
       std::lock_guard lock(mu);
       // Claims may have come since `want` was computed.
@@ -249,7 +254,8 @@ standby_engine::standby_engine(ingest_config cfg, std::vector<view_def> views, s
     : impl_(std::make_unique<impl>(std::move(cfg), std::move(views), db, ownership, membership,
                                    std::move(self_endpoint), replicas, notifier)) {
   if (metrics)
-    impl_->m_failures = &prometheus::BuildCounter().Name("kstate_standby_failures_total")
+    impl_->m_failures = &prometheus::BuildCounter()
+                             .Name("kstate_standby_failures_total")
                              .Help("Times the standby copies stopped on an error (kept again after a restart)")
                              .Register(*metrics)
                              .Add({});
@@ -306,9 +312,10 @@ void standby_engine::release(const std::vector<std::pair<std::string, int32_t>>&
     return true;
   };
   if (!i.released_cv.wait_for(lock, i.cfg.standby_release_timeout, handed_over)) {
-    log()->warn("standby: the copies did not hand {} partition(s) over within {} ms; the owner resumes from the "
-                "stored positions and the copies' pending write of them is dropped",
-                handing_over.size(), i.cfg.standby_release_timeout.count());
+    log()->warn(
+        "standby: the copies did not hand {} partition(s) over within {} ms; the owner resumes from the "
+        "stored positions and the copies' pending write of them is dropped",
+        handing_over.size(), i.cfg.standby_release_timeout.count());
     // Too late: from here the copy's batch touching them is dropped, never written.
     for (const auto& p : handing_over) i.release_requests.erase(p);
   }
@@ -330,7 +337,8 @@ void standby_engine::set_before_write_for_testing(write_hook hook) {
 std::optional<int64_t> standby_engine::high_watermark(const std::string& topic, int32_t partition) const {
   int64_t low = -1, high = -1;
   if (!impl_->consumer ||
-      rd_kafka_get_watermark_offsets(impl_->consumer, topic.c_str(), partition, &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      rd_kafka_get_watermark_offsets(impl_->consumer, topic.c_str(), partition, &low, &high) !=
+          RD_KAFKA_RESP_ERR_NO_ERROR ||
       high < 0)
     return std::nullopt;
   return high;

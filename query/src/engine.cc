@@ -83,7 +83,8 @@ std::optional<query_result<T>> engine::held_key_partition(std::string_view store
     return R::fail(failure_reason::store_exception, "store '" + std::string(store) + "' is not open");
   vid = *id;
   int32_t count = ownership_.partition_count(view->topic);
-  if (count <= 0) return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
+  if (count <= 0)
+    return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
   partition = located ? *located : part_fn->second(key, count);
   return require_partition<T>(*view, partition);
 }
@@ -169,7 +170,8 @@ query_result<batch_answer> engine::get_many(std::string_view store, const std::v
   auto part_fn = partitioners_.find(view->name);
   if (!vid || part_fn == partitioners_.end()) return R::fail(failure_reason::store_exception, "store is not open");
   int32_t count = ownership_.partition_count(view->topic);
-  if (count <= 0) return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
+  if (count <= 0)
+    return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
 
   std::vector<std::pair<int32_t, std::string>> located;
   located.reserve(keys.size());
@@ -383,8 +385,7 @@ query_result<window_range_answer> engine::window_range(const window_range_query&
       const int64_t end = window_end(wk->start, w.size_ms);
       if (wk->start >= q.to || end <= q.from || wk->start < *live) continue;
       a.entries.push_back(window_range_entry{std::move(e.key), std::move(wk->key),
-                                             window_entry{wk->start, end, std::move(e.value), e.offset},
-                                             e.partition});
+                                             window_entry{wk->start, end, std::move(e.value), e.offset}, e.partition});
       if (a.entries.size() > limit) break;  // one more than asked tells whether more exist
     }
   }

@@ -96,8 +96,7 @@ void freshness_waiter::run() {
   for (;;) {
     bool stopped = false;
     if (auto why = guarded([&] { stopped = pass(); })) {
-      log()->critical("freshness waiter: a pass failed: {}; pending min_position waits answered as not reached",
-                      *why);
+      log()->critical("freshness waiter: a pass failed: {}; pending min_position waits answered as not reached", *why);
       fail_pending();
       continue;
     }
@@ -122,8 +121,7 @@ bool freshness_waiter::pass() {
     if (stopping) {
       outcome = wait_outcome::shutting_down;
     } else if (auto why = guarded([&] { outcome = check(*it); })) {
-      log()->error("checking a min_position wait on store {} failed: {}; answered as not held here", it->store,
-                   *why);
+      log()->error("checking a min_position wait on store {} failed: {}; answered as not held here", it->store, *why);
       outcome = wait_outcome::not_here;
     }
     if (!outcome && now >= it->deadline) outcome = wait_outcome::timed_out;

@@ -62,7 +62,8 @@ result<std::string> base64url_decode(std::string_view text) {
     }
     if (c == '-') c = '+';
     else if (c == '_') c = '/';
-    else if (!std::isalnum(static_cast<unsigned char>(c))) return status::invalid_argument("invalid base64url character");
+    else if (!std::isalnum(static_cast<unsigned char>(c)))
+      return status::invalid_argument("invalid base64url character");
     s.push_back(c);
   }
   if (s.size() % 4 == 1) return status::invalid_argument("invalid base64url: impossible length");
@@ -87,8 +88,7 @@ result<std::string> decode_key(key_format f, std::string_view text, int max_json
     case key_format::string:
       if (!valid_utf8(text)) return status::invalid_argument("key is not valid UTF-8 (key_format=string)");
       return std::string(text);
-    case key_format::base64url:
-      return base64url_decode(text);
+    case key_format::base64url: return base64url_decode(text);
     case key_format::long_be: {
       int64_t v = 0;
       auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -104,8 +104,8 @@ result<std::string> decode_key(key_format f, std::string_view text, int max_json
         case json_verdict::ok: break;
         case json_verdict::invalid: return status::invalid_argument("key is not valid JSON (key_format=json)");
         case json_verdict::too_deep:
-          return status::invalid_argument("key is nested deeper than max_json_depth (" + std::to_string(max_json_depth) +
-                                  ") (key_format=json)");
+          return status::invalid_argument("key is nested deeper than max_json_depth (" +
+                                          std::to_string(max_json_depth) + ") (key_format=json)");
       }
       auto j = nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr, false);
       if (j.is_discarded()) return status::invalid_argument("key is not valid JSON (key_format=json)");

@@ -46,14 +46,14 @@ status secure_state_dir(const std::string& path) {
   if (!S_ISDIR(st.st_mode)) return status::invalid_argument("state_dir '" + path + "' is not a directory");
   if (st.st_uid != ::geteuid())
     return status::invalid_argument("state_dir '" + path + "' is owned by uid " + std::to_string(st.st_uid) +
-                            ", not by this user (uid " + std::to_string(::geteuid()) +
-                            "); refusing to use state another user controls");
+                                    ", not by this user (uid " + std::to_string(::geteuid()) +
+                                    "); refusing to use state another user controls");
   if (st.st_mode & (S_IWGRP | S_IWOTH)) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return status::invalid_argument("state_dir '" + path + "' is writable by " +
-                            ((st.st_mode & S_IWOTH) ? "other users" : "its group") + " (mode " + mode +
-                            "); refusing to start. Fix: chmod 700 '" + path + "'");
+                                    ((st.st_mode & S_IWOTH) ? "other users" : "its group") + " (mode " + mode +
+                                    "); refusing to start. Fix: chmod 700 '" + path + "'");
   }
   return status::ok_status();
 }
@@ -68,7 +68,8 @@ result<std::string> read_secret_file(const std::string& path) {
   std::string line;
   std::getline(in, line);
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  if (line.size() < 16) return status::invalid_argument("peer_secret_file '" + path + "': the secret must be at least 16 bytes");
+  if (line.size() < 16)
+    return status::invalid_argument("peer_secret_file '" + path + "': the secret must be at least 16 bytes");
   return line;
 }
 }  // namespace
@@ -117,10 +118,11 @@ void app::impl::read_secret_until_known() {
       return;
     }
     if (!reported) {
-      spdlog::error("no secret shared with the other instances yet ({}): requests for partitions held elsewhere are "
-                    "answered 503 until it is read (set peer_secret_file, or allow kstate to create and read the "
-                    "topic {}); retrying",
-                    got.error().message(), ingest::group_secret_topic(cfg.application_id));
+      spdlog::error(
+          "no secret shared with the other instances yet ({}): requests for partitions held elsewhere are "
+          "answered 503 until it is read (set peer_secret_file, or allow kstate to create and read the "
+          "topic {}); retrying",
+          got.error().message(), ingest::group_secret_topic(cfg.application_id));
       reported = true;
     }
     std::unique_lock lock(mu);
@@ -135,7 +137,8 @@ result<std::unique_ptr<app>> app::create(app_config cfg) {
   auto i = std::make_unique<impl>();
   i->cfg = std::move(cfg);
   if (i->cfg.advertised_endpoint.empty())
-    i->cfg.advertised_endpoint = scheme_of(i->cfg) + i->cfg.http.listen_address + ":" + std::to_string(i->cfg.http.port);
+    i->cfg.advertised_endpoint =
+        scheme_of(i->cfg) + i->cfg.http.listen_address + ":" + std::to_string(i->cfg.http.port);
   return std::unique_ptr<app>(new app(std::move(i)));
 }
 
@@ -146,7 +149,8 @@ status app::start() {
   for (const auto& v : i.cfg.views) {
     names.push_back(v.name);
     auto p = ingest::make_partitioner(v.partitioner);
-    if (!p) return status::invalid_argument("views." + v.name + ".partitioner: unknown partitioner '" + v.partitioner + "'");
+    if (!p)
+      return status::invalid_argument("views." + v.name + ".partitioner: unknown partitioner '" + v.partitioner + "'");
     partitioners[v.name] = *p;
   }
   if (auto s = secure_state_dir(i.cfg.rocksdb.path); !s.ok()) return s;
@@ -243,8 +247,8 @@ status app::start() {
   } else {
     i.secret_reader = std::thread([&i] { i.read_secret_until_known(); });
   }
-  i.ingest = std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(),
-                                              &i.notifier);
+  i.ingest =
+      std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(), &i.notifier);
   {
     std::lock_guard lock(i.mu);
     if (i.stop_requested) return status::unavailable("stop requested during start");
@@ -268,8 +272,8 @@ status app::start() {
     for (const auto& v : i.cfg.views)
       if (!v.is_aggregate()) tables.push_back(v);
     i.standby = std::make_unique<ingest::standby_engine>(i.cfg.ingest, tables, *i.db, i.ownership, i.membership,
-                                                         i.cfg.advertised_endpoint, i.cfg.standby_replicas,
-                                                         &i.notifier, i.metrics.get());
+                                                         i.cfg.advertised_endpoint, i.cfg.standby_replicas, &i.notifier,
+                                                         i.metrics.get());
     if (auto s = i.standby->start(); !s.ok()) return s;
   }
   spdlog::info("kstate serving {} store(s) on {}", i.cfg.views.size(), i.cfg.advertised_endpoint);

@@ -83,7 +83,8 @@ std::vector<token_entry> parse_tokens(const YAML::Node& root) {
   if (!root || root.IsNull()) throw token_error{"the token file is empty (expected a 'tokens' list)"};
   if (!root.IsMap()) throw token_error{"must be a mapping with a 'tokens' list"};
   for (const auto& kv : root)
-    if (kv.first.as<std::string>() != "tokens") throw token_error{kv.first.as<std::string>() + ": unknown key (allowed: tokens)"};
+    if (kv.first.as<std::string>() != "tokens")
+      throw token_error{kv.first.as<std::string>() + ": unknown key (allowed: tokens)"};
   if (!root["tokens"]) throw token_error{"tokens: is required (a list of tokens)"};
   const auto list = root["tokens"];
   if (!list.IsSequence()) throw token_error{"tokens: must be a list"};
@@ -108,7 +109,8 @@ std::vector<token_entry> parse_tokens(const YAML::Node& root) {
     if (!n["sha256"] || !n["sha256"].IsScalar())
       throw token_error{where + ".sha256: is required (the output of `kstate token hash`)"};
     const std::string hex = n["sha256"].Scalar();
-    if (hex.size() != 64) throw token_error{where + ".sha256: must be 64 hex digits (got " + std::to_string(hex.size()) + " characters)"};
+    if (hex.size() != 64)
+      throw token_error{where + ".sha256: must be 64 hex digits (got " + std::to_string(hex.size()) + " characters)"};
     for (size_t b = 0; b < 32; ++b) {
       int hi = hex_value(hex[2 * b]), lo = hex_value(hex[2 * b + 1]);
       if (hi < 0 || lo < 0) throw token_error{where + ".sha256: must be 64 hex digits"};
@@ -121,7 +123,8 @@ std::vector<token_entry> parse_tokens(const YAML::Node& root) {
         e.scopes.stores.push_back(s.Scalar());
       } else if (s.IsSequence()) {
         for (const auto& x : s) {
-          if (!x.IsScalar() || x.Scalar().empty()) throw token_error{where + ".stores: entries must be non-empty strings"};
+          if (!x.IsScalar() || x.Scalar().empty())
+            throw token_error{where + ".stores: entries must be non-empty strings"};
           e.scopes.stores.push_back(x.Scalar());
         }
       } else {
@@ -204,7 +207,8 @@ void token_authenticator::maybe_reload() const {
   spdlog::info("token file {} reloaded: {} token(s)", path_, tokens_->entries.size());
 }
 
-std::shared_ptr<const principal> token_authenticator::authenticate(std::optional<std::string_view> authorization) const {
+std::shared_ptr<const principal> token_authenticator::authenticate(
+    std::optional<std::string_view> authorization) const {
   std::shared_ptr<const table> t;
   {
     std::lock_guard lk(mu_);

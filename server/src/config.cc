@@ -69,7 +69,8 @@ const std::regex& name_pattern() {
 void parse_store_options(const YAML::Node& r, const std::string& where, storage::store_options& o) {
   if (r["write_buffer_mb"])
     o.write_buffer_bytes = get_number<uint64_t>(r["write_buffer_mb"], where + ".write_buffer_mb", 1, 1 << 16) << 20;
-  if (r["max_write_buffers"]) o.max_write_buffers = get_number<int>(r["max_write_buffers"], where + ".max_write_buffers", 2, 64);
+  if (r["max_write_buffers"])
+    o.max_write_buffers = get_number<int>(r["max_write_buffers"], where + ".max_write_buffers", 2, 64);
   if (r["bloom_bits_per_key"])
     o.bloom_bits_per_key = get_number<int>(r["bloom_bits_per_key"], where + ".bloom_bits_per_key", 0, 64);
   if (r["compression"]) {
@@ -140,14 +141,16 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
       if (!g["json"]) fail(where + ".group_by.json", "is required: the dotted path of the field to group by");
       v.group_by = group_by_kind::json;
       v.group_path = get_string(g["json"], where + ".group_by.json");
-      if (!path_ok(v.group_path)) fail(where + ".group_by.json", "must be a dotted path such as user.id (got '" + v.group_path + "')");
+      if (!path_ok(v.group_path))
+        fail(where + ".group_by.json", "must be a dotted path such as user.id (got '" + v.group_path + "')");
     } else {
       fail(where + ".group_by", "must be key, words or {json: <path>}");
     }
   }
   if (n["value"]) {
     v.value_path = get_string(n["value"], where + ".value");
-    if (!path_ok(v.value_path)) fail(where + ".value", "must be a dotted path such as order.amount (got '" + v.value_path + "')");
+    if (!path_ok(v.value_path))
+      fail(where + ".value", "must be a dotted path such as order.amount (got '" + v.value_path + "')");
   }
   if (v.kind == view_kind::reduce) {
     if (!n["reduce"]) fail(where + ".reduce", "is required for kind reduce: latest, min or max");
@@ -163,7 +166,8 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
         auto s = get_string(f[i], where + ".fields[" + std::to_string(i) + "]");
         agg_field af;
         if (!parse_agg_field(s, af))
-          fail(where + ".fields[" + std::to_string(i) + "]", "must be one of: count, sum, min, max, mean (got '" + s + "')");
+          fail(where + ".fields[" + std::to_string(i) + "]",
+               "must be one of: count, sum, min, max, mean (got '" + s + "')");
         if (std::find(v.fields.begin(), v.fields.end(), af) != v.fields.end())
           fail(where + ".fields[" + std::to_string(i) + "]", "duplicate field '" + s + "'");
         v.fields.push_back(af);
@@ -182,8 +186,10 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
   if (v.group_by == group_by_kind::words && !v.value_path.empty())
     fail(where + ".value", "does not apply to group_by words");
   if (n["repartition_partitions"]) {
-    if (v.group_by == group_by_kind::key) fail(where + ".repartition_partitions", "applies to re-keyed views only (group_by json or words)");
-    v.repartition_partitions = get_number<int32_t>(n["repartition_partitions"], where + ".repartition_partitions", 1, 100'000);
+    if (v.group_by == group_by_kind::key)
+      fail(where + ".repartition_partitions", "applies to re-keyed views only (group_by json or words)");
+    v.repartition_partitions =
+        get_number<int32_t>(n["repartition_partitions"], where + ".repartition_partitions", 1, 100'000);
   }
   if (n["replication_factor"])
     v.replication_factor = get_number<int>(n["replication_factor"], where + ".replication_factor", -1, 32);
@@ -201,7 +207,9 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
   if (auto w = n["window"]) {
     const std::string ww = where + ".window";
     if (!w.IsMap())
-      fail(ww, "must be a map: {type: tumbling|hopping, size: 1m, advance: 10s, grace: 30s, retention: 24h, max_future: 1d}");
+      fail(ww,
+           "must be a map: {type: tumbling|hopping, size: 1m, advance: 10s, grace: 30s, retention: 24h, max_future: "
+           "1d}");
     check_keys(w, ww, {"type", "size", "advance", "grace", "retention", "time_field", "max_future"});
     window_spec spec;
     if (w["type"]) {
@@ -223,7 +231,8 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
     if (spec.type == window_type::hopping && !w["advance"]) fail(ww + ".advance", "is required for hopping windows");
     if (w["time_field"]) {
       spec.time_field = get_string(w["time_field"], ww + ".time_field");
-      if (!path_ok(spec.time_field)) fail(ww + ".time_field", "must be a dotted path such as event.time (got '" + spec.time_field + "')");
+      if (!path_ok(spec.time_field))
+        fail(ww + ".time_field", "must be a dotted path such as event.time (got '" + spec.time_field + "')");
     }
     if (auto s = normalize(spec); !s.ok()) {
       // normalize() names the field first: "size: ..." -> <view>.window.size
@@ -247,9 +256,10 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
 }
 
 view_def parse_view(const YAML::Node& n, const std::string& where) {
-  check_keys(n, where, {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic",
-                        "group_by", "value", "reduce", "fields", "repartition_partitions", "replication_factor",
-                        "changelog_configs", "cache", "window"});
+  check_keys(
+      n, where,
+      {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic", "group_by", "value",
+       "reduce", "fields", "repartition_partitions", "replication_factor", "changelog_configs", "cache", "window"});
   view_def v;
   if (!n["name"]) fail(where + ".name", "is required");
   v.name = get_string(n["name"], where + ".name");
@@ -292,9 +302,10 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
 app_config parse(const YAML::Node& root) {
   app_config c;
   if (!root || root.IsNull()) fail("", "the configuration is empty");
-  check_keys(root, "", {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest",
-                        "rocksdb", "kafka", "views", "query", "standby_replicas", "auth",
-                        "processing_guarantee", "peer_secret_file", "max_json_depth"});
+  check_keys(
+      root, "",
+      {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest", "rocksdb", "kafka",
+       "views", "query", "standby_replicas", "auth", "processing_guarantee", "peer_secret_file", "max_json_depth"});
   if (root["peer_secret_file"]) c.peer_secret_file = get_string(root["peer_secret_file"], "peer_secret_file");
   if (root["max_json_depth"]) {
     // One bound for everything JSON: ingest validation and aggregates, and the API.
@@ -317,15 +328,18 @@ app_config parse(const YAML::Node& root) {
   if (!root["bootstrap_servers"]) fail("bootstrap_servers", "is required");
   c.bootstrap_servers = get_string(root["bootstrap_servers"], "bootstrap_servers");
   if (root["state_dir"]) c.state_dir = get_string(root["state_dir"], "state_dir");
-  if (root["advertised_endpoint"]) c.advertised_endpoint = get_string(root["advertised_endpoint"], "advertised_endpoint");
+  if (root["advertised_endpoint"])
+    c.advertised_endpoint = get_string(root["advertised_endpoint"], "advertised_endpoint");
 
   if (auto h = root["http"]) {
-    check_keys(h, "http", {"listen", "threads", "max_connections", "max_header_bytes", "max_body_bytes", "max_target_bytes",
-                           "read_timeout_ms", "shutdown_grace_ms", "ui_dir", "drain_delay_ms", "tls", "cors"});
+    check_keys(h, "http",
+               {"listen", "threads", "max_connections", "max_header_bytes", "max_body_bytes", "max_target_bytes",
+                "read_timeout_ms", "shutdown_grace_ms", "ui_dir", "drain_delay_ms", "tls", "cors"});
     if (auto t = h["tls"]) parse_tls(t, c);
     if (auto o = h["cors"]) parse_cors(o, c.cors);
     if (h["drain_delay_ms"])
-      c.drain_delay = std::chrono::milliseconds(get_number<int64_t>(h["drain_delay_ms"], "http.drain_delay_ms", 0, 600'000));
+      c.drain_delay =
+          std::chrono::milliseconds(get_number<int64_t>(h["drain_delay_ms"], "http.drain_delay_ms", 0, 600'000));
     if (h["ui_dir"]) c.ui_dir = get_string(h["ui_dir"], "http.ui_dir");
     if (h["listen"]) parse_listen(get_string(h["listen"], "http.listen"), c.http);
     if (h["threads"]) c.http.threads = get_number<int>(h["threads"], "http.threads", 1, 256);
@@ -338,9 +352,11 @@ app_config parse(const YAML::Node& root) {
     if (h["max_target_bytes"])
       c.http.max_target_bytes = get_number<uint32_t>(h["max_target_bytes"], "http.max_target_bytes", 256, 1u << 20);
     if (h["read_timeout_ms"])
-      c.http.read_timeout = std::chrono::milliseconds(get_number<int64_t>(h["read_timeout_ms"], "http.read_timeout_ms", 10, 3'600'000));
+      c.http.read_timeout =
+          std::chrono::milliseconds(get_number<int64_t>(h["read_timeout_ms"], "http.read_timeout_ms", 10, 3'600'000));
     if (h["shutdown_grace_ms"])
-      c.http.shutdown_grace = std::chrono::milliseconds(get_number<int64_t>(h["shutdown_grace_ms"], "http.shutdown_grace_ms", 0, 600'000));
+      c.http.shutdown_grace =
+          std::chrono::milliseconds(get_number<int64_t>(h["shutdown_grace_ms"], "http.shutdown_grace_ms", 0, 600'000));
   }
   if (auto a = root["auth"]) {
     check_keys(a, "auth", {"token_file", "metrics"});
@@ -352,29 +368,36 @@ app_config parse(const YAML::Node& root) {
     }
   }
   if (auto i = root["ingest"]) {
-    check_keys(i, "ingest", {"max_batch_records", "max_batch_delay_ms", "commit_interval_ms", "startup_timeout_ms", "client_id"});
+    check_keys(i, "ingest",
+               {"max_batch_records", "max_batch_delay_ms", "commit_interval_ms", "startup_timeout_ms", "client_id"});
     if (i["max_batch_records"])
       c.ingest.max_batch_records = get_number<int>(i["max_batch_records"], "ingest.max_batch_records", 1, 1'000'000);
     if (i["max_batch_delay_ms"])
-      c.ingest.max_batch_delay = std::chrono::milliseconds(get_number<int64_t>(i["max_batch_delay_ms"], "ingest.max_batch_delay_ms", 0, 60'000));
+      c.ingest.max_batch_delay = std::chrono::milliseconds(
+          get_number<int64_t>(i["max_batch_delay_ms"], "ingest.max_batch_delay_ms", 0, 60'000));
     if (i["commit_interval_ms"])
-      c.ingest.commit_interval = std::chrono::milliseconds(get_number<int64_t>(i["commit_interval_ms"], "ingest.commit_interval_ms", 10, 3'600'000));
+      c.ingest.commit_interval = std::chrono::milliseconds(
+          get_number<int64_t>(i["commit_interval_ms"], "ingest.commit_interval_ms", 10, 3'600'000));
     if (i["startup_timeout_ms"])
-      c.ingest.startup_timeout = std::chrono::milliseconds(get_number<int64_t>(i["startup_timeout_ms"], "ingest.startup_timeout_ms", 100, 3'600'000));
+      c.ingest.startup_timeout = std::chrono::milliseconds(
+          get_number<int64_t>(i["startup_timeout_ms"], "ingest.startup_timeout_ms", 100, 3'600'000));
     if (i["client_id"]) c.ingest.client_id = get_string(i["client_id"], "ingest.client_id");
   }
   if (auto q = root["query"]) {
-    check_keys(q, "query", {"default_limit", "max_limit", "max_batch_keys", "max_concurrent_scans",
-                            "exact_count_limit", "default_wait_ms", "max_wait_ms", "max_response_bytes",
-                            "max_waiting_requests", "max_waiting_mb", "worker_threads", "max_queued_work"});
+    check_keys(q, "query",
+               {"default_limit", "max_limit", "max_batch_keys", "max_concurrent_scans", "exact_count_limit",
+                "default_wait_ms", "max_wait_ms", "max_response_bytes", "max_waiting_requests", "max_waiting_mb",
+                "worker_threads", "max_queued_work"});
     if (q["max_response_bytes"])
       c.query.max_response_bytes =
           get_number<std::size_t>(q["max_response_bytes"], "query.max_response_bytes", 1024, std::size_t{1} << 32);
     if (q["max_waiting_requests"])
-      c.waits.max_waiters = get_number<std::size_t>(q["max_waiting_requests"], "query.max_waiting_requests", 1, 1'000'000);
+      c.waits.max_waiters =
+          get_number<std::size_t>(q["max_waiting_requests"], "query.max_waiting_requests", 1, 1'000'000);
     if (q["max_waiting_mb"])
       c.waits.max_bytes = get_number<std::size_t>(q["max_waiting_mb"], "query.max_waiting_mb", 1, 1 << 20) << 20;
-    if (q["worker_threads"]) c.query.worker_threads = get_number<int>(q["worker_threads"], "query.worker_threads", 1, 256);
+    if (q["worker_threads"])
+      c.query.worker_threads = get_number<int>(q["worker_threads"], "query.worker_threads", 1, 256);
     if (q["max_queued_work"])
       c.query.max_queued_work = get_number<std::size_t>(q["max_queued_work"], "query.max_queued_work", 1, 1'000'000);
     if (q["max_limit"]) c.query.max_limit = get_number<uint32_t>(q["max_limit"], "query.max_limit", 1, 1'000'000);
@@ -385,41 +408,48 @@ app_config parse(const YAML::Node& root) {
     if (q["max_batch_keys"])
       c.query.max_batch_keys = get_number<uint32_t>(q["max_batch_keys"], "query.max_batch_keys", 1, 100'000);
     if (q["max_concurrent_scans"])
-      c.query.max_concurrent_scans = get_number<uint32_t>(q["max_concurrent_scans"], "query.max_concurrent_scans", 1, 10'000);
+      c.query.max_concurrent_scans =
+          get_number<uint32_t>(q["max_concurrent_scans"], "query.max_concurrent_scans", 1, 10'000);
     if (q["exact_count_limit"])
-      c.query.exact_count_limit = get_number<uint64_t>(q["exact_count_limit"], "query.exact_count_limit", 0, 1ull << 40);
+      c.query.exact_count_limit =
+          get_number<uint64_t>(q["exact_count_limit"], "query.exact_count_limit", 0, 1ull << 40);
     if (q["max_wait_ms"])
-      c.query.max_wait = std::chrono::milliseconds(get_number<int64_t>(q["max_wait_ms"], "query.max_wait_ms", 0, 3'600'000));
+      c.query.max_wait =
+          std::chrono::milliseconds(get_number<int64_t>(q["max_wait_ms"], "query.max_wait_ms", 0, 3'600'000));
     if (q["default_wait_ms"])
       c.query.default_wait = std::chrono::milliseconds(
           get_number<int64_t>(q["default_wait_ms"], "query.default_wait_ms", 0, c.query.max_wait.count()));
     if (c.query.default_wait > c.query.max_wait)
-      fail("query.default_wait_ms", "must not exceed query.max_wait_ms (" + std::to_string(c.query.max_wait.count()) + ")");
+      fail("query.default_wait_ms",
+           "must not exceed query.max_wait_ms (" + std::to_string(c.query.max_wait.count()) + ")");
   }
   if (auto r = root["rocksdb"]) {
-    check_keys(r, "rocksdb", {"block_cache_mb", "write_buffer_manager_mb", "max_background_jobs", "write_buffer_mb",
-                              "max_write_buffers", "bloom_bits_per_key", "compression", "compaction_style", "stores",
-                              "window_expiry_interval_ms"});
+    check_keys(
+        r, "rocksdb",
+        {"block_cache_mb", "write_buffer_manager_mb", "max_background_jobs", "write_buffer_mb", "max_write_buffers",
+         "bloom_bits_per_key", "compression", "compaction_style", "stores", "window_expiry_interval_ms"});
     if (r["block_cache_mb"])
-      c.rocksdb.block_cache_bytes = get_number<uint64_t>(r["block_cache_mb"], "rocksdb.block_cache_mb", 1, 1 << 20) << 20;
+      c.rocksdb.block_cache_bytes = get_number<uint64_t>(r["block_cache_mb"], "rocksdb.block_cache_mb", 1, 1 << 20)
+                                    << 20;
     if (r["write_buffer_manager_mb"])
       c.rocksdb.write_buffer_manager_bytes =
           get_number<uint64_t>(r["write_buffer_manager_mb"], "rocksdb.write_buffer_manager_mb", 1, 1 << 20) << 20;
     if (c.rocksdb.write_buffer_manager_bytes > c.rocksdb.block_cache_bytes)
-      fail("rocksdb.write_buffer_manager_mb", "must not exceed rocksdb.block_cache_mb (memtables are charged to the cache)");
+      fail("rocksdb.write_buffer_manager_mb",
+           "must not exceed rocksdb.block_cache_mb (memtables are charged to the cache)");
     if (r["max_background_jobs"])
       c.rocksdb.max_background_jobs = get_number<int>(r["max_background_jobs"], "rocksdb.max_background_jobs", 1, 64);
     if (r["window_expiry_interval_ms"])
-      c.rocksdb.window_expiry_interval_ms = get_number<int64_t>(r["window_expiry_interval_ms"],
-                                                                "rocksdb.window_expiry_interval_ms", 0, 7ll * 86'400'000);
+      c.rocksdb.window_expiry_interval_ms =
+          get_number<int64_t>(r["window_expiry_interval_ms"], "rocksdb.window_expiry_interval_ms", 0, 7ll * 86'400'000);
     parse_store_options(r, "rocksdb", c.rocksdb.defaults);
     if (auto stores = r["stores"]) {
       if (!stores.IsMap()) fail("rocksdb.stores", "must map store names to settings");
       for (const auto& kv : stores) {
         auto name = kv.first.as<std::string>();
         auto where = "rocksdb.stores." + name;
-        check_keys(kv.second, where, {"write_buffer_mb", "max_write_buffers", "bloom_bits_per_key", "compression",
-                                      "compaction_style"});
+        check_keys(kv.second, where,
+                   {"write_buffer_mb", "max_write_buffers", "bloom_bits_per_key", "compression", "compaction_style"});
         auto o = c.rocksdb.defaults;  // a store override starts from the defaults
         parse_store_options(kv.second, where, o);
         c.rocksdb.per_store[name] = o;
@@ -480,9 +510,11 @@ app_config parse(const YAML::Node& root) {
   if (!c.advertised_endpoint.empty()) {
     const bool https = c.advertised_endpoint.rfind("https://", 0) == 0;
     if (c.http.tls.enabled() && !https)
-      fail("advertised_endpoint", "must start with https:// when http.tls is set (got '" + c.advertised_endpoint + "')");
+      fail("advertised_endpoint",
+           "must start with https:// when http.tls is set (got '" + c.advertised_endpoint + "')");
     if (!c.http.tls.enabled() && https)
-      fail("advertised_endpoint", "https:// needs http.tls.cert_file and key_file (got '" + c.advertised_endpoint + "')");
+      fail("advertised_endpoint",
+           "https:// needs http.tls.cert_file and key_file (got '" + c.advertised_endpoint + "')");
   }
   c.ingest.bootstrap_servers = c.bootstrap_servers;
   c.ingest.application_id = c.application_id;
@@ -491,9 +523,21 @@ app_config parse(const YAML::Node& root) {
 }
 
 const std::set<std::string>& top_level_keys() {
-  static const std::set<std::string> keys{"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint",
-                                          "http", "ingest", "rocksdb", "kafka", "views", "query", "standby_replicas",
-                                          "auth", "processing_guarantee", "peer_secret_file", "max_json_depth"};
+  static const std::set<std::string> keys{"application_id",
+                                          "bootstrap_servers",
+                                          "state_dir",
+                                          "advertised_endpoint",
+                                          "http",
+                                          "ingest",
+                                          "rocksdb",
+                                          "kafka",
+                                          "views",
+                                          "query",
+                                          "standby_replicas",
+                                          "auth",
+                                          "processing_guarantee",
+                                          "peer_secret_file",
+                                          "max_json_depth"};
   return keys;
 }
 

@@ -11,8 +11,8 @@ namespace kstate::server {
 namespace {
 
 bool is_secret(const std::string& key) {
-  return key.find("password") != std::string::npos || key.find("secret") != std::string::npos ||
-         key == "ssl.key.pem" || key == "sasl.oauthbearer.config";
+  return key.find("password") != std::string::npos || key.find("secret") != std::string::npos || key == "ssl.key.pem" ||
+         key == "sasl.oauthbearer.config";
 }
 
 }  // namespace
@@ -28,22 +28,19 @@ std::string render_config(const app_config& c) {
   if (!c.peer_secret_file.empty()) e << YAML::Key << "peer_secret_file" << YAML::Value << c.peer_secret_file;
   e << YAML::Key << "max_json_depth" << YAML::Value << c.ingest.max_json_depth;
   e << YAML::Key << "processing_guarantee" << YAML::Value << (c.ingest.exactly_once ? "exactly_once" : "at_least_once");
-  e << YAML::Key << "http" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "listen" << YAML::Value << (c.http.listen_address + ":" + std::to_string(c.http.port))
-    << YAML::Key << "threads" << YAML::Value << c.http.threads
-    << YAML::Key << "max_connections" << YAML::Value << c.http.max_connections
-    << YAML::Key << "max_header_bytes" << YAML::Value << c.http.max_header_bytes
-    << YAML::Key << "max_body_bytes" << YAML::Value << c.http.max_body_bytes
-    << YAML::Key << "max_target_bytes" << YAML::Value << c.http.max_target_bytes
-    << YAML::Key << "read_timeout_ms" << YAML::Value << c.http.read_timeout.count()
-    << YAML::Key << "shutdown_grace_ms" << YAML::Value << c.http.shutdown_grace.count()
-    << YAML::Key << "ui_dir" << YAML::Value << c.ui_dir
-    << YAML::Key << "drain_delay_ms" << YAML::Value << c.drain_delay.count();
+  e << YAML::Key << "http" << YAML::Value << YAML::BeginMap << YAML::Key << "listen" << YAML::Value
+    << (c.http.listen_address + ":" + std::to_string(c.http.port)) << YAML::Key << "threads" << YAML::Value
+    << c.http.threads << YAML::Key << "max_connections" << YAML::Value << c.http.max_connections << YAML::Key
+    << "max_header_bytes" << YAML::Value << c.http.max_header_bytes << YAML::Key << "max_body_bytes" << YAML::Value
+    << c.http.max_body_bytes << YAML::Key << "max_target_bytes" << YAML::Value << c.http.max_target_bytes << YAML::Key
+    << "read_timeout_ms" << YAML::Value << c.http.read_timeout.count() << YAML::Key << "shutdown_grace_ms"
+    << YAML::Value << c.http.shutdown_grace.count() << YAML::Key << "ui_dir" << YAML::Value << c.ui_dir << YAML::Key
+    << "drain_delay_ms" << YAML::Value << c.drain_delay.count();
   if (c.http.tls.enabled()) {
-    e << YAML::Key << "tls" << YAML::Value << YAML::BeginMap
-      << YAML::Key << "cert_file" << YAML::Value << c.http.tls.cert_file
-      << YAML::Key << "key_file" << YAML::Value << c.http.tls.key_file;
-    if (!c.http.tls.client_ca_file.empty()) e << YAML::Key << "client_ca_file" << YAML::Value << c.http.tls.client_ca_file;
+    e << YAML::Key << "tls" << YAML::Value << YAML::BeginMap << YAML::Key << "cert_file" << YAML::Value
+      << c.http.tls.cert_file << YAML::Key << "key_file" << YAML::Value << c.http.tls.key_file;
+    if (!c.http.tls.client_ca_file.empty())
+      e << YAML::Key << "client_ca_file" << YAML::Value << c.http.tls.client_ca_file;
     if (!c.peer_ca_file.empty()) e << YAML::Key << "peer_ca_file" << YAML::Value << c.peer_ca_file;
     e << YAML::EndMap;
   }
@@ -55,42 +52,39 @@ std::string render_config(const app_config& c) {
   }
   e << YAML::EndMap;
   if (!c.auth.token_file.empty()) {
-    e << YAML::Key << "auth" << YAML::Value << YAML::BeginMap
-      << YAML::Key << "token_file" << YAML::Value << c.auth.token_file
-      << YAML::Key << "metrics" << YAML::Value << (c.auth.open_metrics ? "open" : "token") << YAML::EndMap;
+    e << YAML::Key << "auth" << YAML::Value << YAML::BeginMap << YAML::Key << "token_file" << YAML::Value
+      << c.auth.token_file << YAML::Key << "metrics" << YAML::Value << (c.auth.open_metrics ? "open" : "token")
+      << YAML::EndMap;
   }
-  e << YAML::Key << "query" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "default_limit" << YAML::Value << c.query.default_limit
-    << YAML::Key << "max_limit" << YAML::Value << c.query.max_limit
-    << YAML::Key << "max_batch_keys" << YAML::Value << c.query.max_batch_keys
-    << YAML::Key << "max_concurrent_scans" << YAML::Value << c.query.max_concurrent_scans
-    << YAML::Key << "exact_count_limit" << YAML::Value << c.query.exact_count_limit
-    << YAML::Key << "default_wait_ms" << YAML::Value << c.query.default_wait.count()
-    << YAML::Key << "max_wait_ms" << YAML::Value << c.query.max_wait.count()
-    << YAML::Key << "max_response_bytes" << YAML::Value << c.query.max_response_bytes
-    << YAML::Key << "max_waiting_requests" << YAML::Value << c.waits.max_waiters
-    << YAML::Key << "max_waiting_mb" << YAML::Value << (c.waits.max_bytes >> 20)
-    << YAML::Key << "worker_threads" << YAML::Value << c.query.worker_threads
-    << YAML::Key << "max_queued_work" << YAML::Value << c.query.max_queued_work << YAML::EndMap;
-  e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "max_batch_records" << YAML::Value << c.ingest.max_batch_records
-    << YAML::Key << "max_batch_delay_ms" << YAML::Value << c.ingest.max_batch_delay.count()
-    << YAML::Key << "commit_interval_ms" << YAML::Value << c.ingest.commit_interval.count()
-    << YAML::Key << "startup_timeout_ms" << YAML::Value << c.ingest.startup_timeout.count()
-    << YAML::Key << "client_id" << YAML::Value << c.ingest.client_id << YAML::EndMap;
+  e << YAML::Key << "query" << YAML::Value << YAML::BeginMap << YAML::Key << "default_limit" << YAML::Value
+    << c.query.default_limit << YAML::Key << "max_limit" << YAML::Value << c.query.max_limit << YAML::Key
+    << "max_batch_keys" << YAML::Value << c.query.max_batch_keys << YAML::Key << "max_concurrent_scans" << YAML::Value
+    << c.query.max_concurrent_scans << YAML::Key << "exact_count_limit" << YAML::Value << c.query.exact_count_limit
+    << YAML::Key << "default_wait_ms" << YAML::Value << c.query.default_wait.count() << YAML::Key << "max_wait_ms"
+    << YAML::Value << c.query.max_wait.count() << YAML::Key << "max_response_bytes" << YAML::Value
+    << c.query.max_response_bytes << YAML::Key << "max_waiting_requests" << YAML::Value << c.waits.max_waiters
+    << YAML::Key << "max_waiting_mb" << YAML::Value << (c.waits.max_bytes >> 20) << YAML::Key << "worker_threads"
+    << YAML::Value << c.query.worker_threads << YAML::Key << "max_queued_work" << YAML::Value << c.query.max_queued_work
+    << YAML::EndMap;
+  e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap << YAML::Key << "max_batch_records" << YAML::Value
+    << c.ingest.max_batch_records << YAML::Key << "max_batch_delay_ms" << YAML::Value
+    << c.ingest.max_batch_delay.count() << YAML::Key << "commit_interval_ms" << YAML::Value
+    << c.ingest.commit_interval.count() << YAML::Key << "startup_timeout_ms" << YAML::Value
+    << c.ingest.startup_timeout.count() << YAML::Key << "client_id" << YAML::Value << c.ingest.client_id
+    << YAML::EndMap;
   auto store_opts = [&](const storage::store_options& o) {
-    e << YAML::Key << "write_buffer_mb" << YAML::Value << (o.write_buffer_bytes >> 20)
-      << YAML::Key << "max_write_buffers" << YAML::Value << o.max_write_buffers
-      << YAML::Key << "bloom_bits_per_key" << YAML::Value << o.bloom_bits_per_key
-      << YAML::Key << "compression" << YAML::Value << o.compression
-      << YAML::Key << "compaction_style" << YAML::Value << o.compaction_style;
+    e << YAML::Key << "write_buffer_mb" << YAML::Value << (o.write_buffer_bytes >> 20) << YAML::Key
+      << "max_write_buffers" << YAML::Value << o.max_write_buffers << YAML::Key << "bloom_bits_per_key" << YAML::Value
+      << o.bloom_bits_per_key << YAML::Key << "compression" << YAML::Value << o.compression << YAML::Key
+      << "compaction_style" << YAML::Value << o.compaction_style;
   };
-  e << YAML::Key << "rocksdb" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "block_cache_mb" << YAML::Value << (c.rocksdb.block_cache_bytes >> 20)
-    << YAML::Key << "write_buffer_manager_mb" << YAML::Value
-    << ((c.rocksdb.write_buffer_manager_bytes ? c.rocksdb.write_buffer_manager_bytes : c.rocksdb.block_cache_bytes / 4) >> 20)
-    << YAML::Key << "max_background_jobs" << YAML::Value << c.rocksdb.max_background_jobs
-    << YAML::Key << "window_expiry_interval_ms" << YAML::Value << c.rocksdb.window_expiry_interval_ms;
+  e << YAML::Key << "rocksdb" << YAML::Value << YAML::BeginMap << YAML::Key << "block_cache_mb" << YAML::Value
+    << (c.rocksdb.block_cache_bytes >> 20) << YAML::Key << "write_buffer_manager_mb" << YAML::Value
+    << ((c.rocksdb.write_buffer_manager_bytes ? c.rocksdb.write_buffer_manager_bytes
+                                              : c.rocksdb.block_cache_bytes / 4) >>
+        20)
+    << YAML::Key << "max_background_jobs" << YAML::Value << c.rocksdb.max_background_jobs << YAML::Key
+    << "window_expiry_interval_ms" << YAML::Value << c.rocksdb.window_expiry_interval_ms;
   store_opts(c.rocksdb.defaults);
   if (!c.rocksdb.per_store.empty()) {
     e << YAML::Key << "stores" << YAML::Value << YAML::BeginMap;
@@ -107,16 +101,16 @@ std::string render_config(const app_config& c) {
   e << YAML::EndMap;
   e << YAML::Key << "views" << YAML::Value << YAML::BeginSeq;
   for (const auto& v : c.views) {
-    e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << v.name
-      << YAML::Key << "kind" << YAML::Value << to_string(v.kind)
-      << YAML::Key << "topic" << YAML::Value << v.input_topic()
-      << YAML::Key << "key_format" << YAML::Value << to_string(v.key_format)
-      << YAML::Key << "value_format" << YAML::Value << to_string(v.value_format);
+    e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << v.name << YAML::Key << "kind" << YAML::Value
+      << to_string(v.kind) << YAML::Key << "topic" << YAML::Value << v.input_topic() << YAML::Key << "key_format"
+      << YAML::Value << to_string(v.key_format) << YAML::Key << "value_format" << YAML::Value
+      << to_string(v.value_format);
     if (!v.rekeyed()) e << YAML::Key << "partitioner" << YAML::Value << v.partitioner;
     if (!v.dead_letter_topic.empty()) e << YAML::Key << "dead_letter_topic" << YAML::Value << v.dead_letter_topic;
     if (v.is_aggregate()) {
       e << YAML::Key << "group_by" << YAML::Value;
-      if (v.group_by == group_by_kind::json) e << YAML::BeginMap << YAML::Key << "json" << YAML::Value << v.group_path << YAML::EndMap;
+      if (v.group_by == group_by_kind::json)
+        e << YAML::BeginMap << YAML::Key << "json" << YAML::Value << v.group_path << YAML::EndMap;
       else e << to_string(v.group_by);
       if (!v.value_path.empty()) e << YAML::Key << "value" << YAML::Value << v.value_path;
       if (v.kind == view_kind::reduce) e << YAML::Key << "reduce" << YAML::Value << to_string(v.reduce);
@@ -125,7 +119,8 @@ std::string render_config(const app_config& c) {
         for (auto f : v.fields) e << to_string(f);
         e << YAML::EndSeq;
       }
-      if (v.repartition_partitions > 0) e << YAML::Key << "repartition_partitions" << YAML::Value << v.repartition_partitions;
+      if (v.repartition_partitions > 0)
+        e << YAML::Key << "repartition_partitions" << YAML::Value << v.repartition_partitions;
       e << YAML::Key << "replication_factor" << YAML::Value << v.replication_factor;
       if (!v.changelog_configs.empty()) {
         e << YAML::Key << "changelog_configs" << YAML::Value << YAML::BeginMap;
@@ -134,13 +129,12 @@ std::string render_config(const app_config& c) {
       }
       e << YAML::Key << "cache" << YAML::Value << v.cache;
       if (v.window) {
-        e << YAML::Key << "window" << YAML::Value << YAML::BeginMap
-          << YAML::Key << "type" << YAML::Value << to_string(v.window->type)
-          << YAML::Key << "size" << YAML::Value << std::to_string(v.window->size_ms) + "ms"
-          << YAML::Key << "advance" << YAML::Value << std::to_string(v.window->advance_ms) + "ms"
-          << YAML::Key << "grace" << YAML::Value << std::to_string(v.window->grace_ms) + "ms"
-          << YAML::Key << "retention" << YAML::Value << std::to_string(v.window->retention_ms) + "ms"
-          << YAML::Key << "max_future" << YAML::Value << std::to_string(v.window->max_future_ms) + "ms";
+        e << YAML::Key << "window" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value
+          << to_string(v.window->type) << YAML::Key << "size" << YAML::Value << std::to_string(v.window->size_ms) + "ms"
+          << YAML::Key << "advance" << YAML::Value << std::to_string(v.window->advance_ms) + "ms" << YAML::Key
+          << "grace" << YAML::Value << std::to_string(v.window->grace_ms) + "ms" << YAML::Key << "retention"
+          << YAML::Value << std::to_string(v.window->retention_ms) + "ms" << YAML::Key << "max_future" << YAML::Value
+          << std::to_string(v.window->max_future_ms) + "ms";
         if (!v.window->time_field.empty()) e << YAML::Key << "time_field" << YAML::Value << v.window->time_field;
         e << YAML::EndMap;
       }

@@ -22,19 +22,20 @@ bool method_allowed(const std::string& m) { return m == "GET" || m == "HEAD" || 
 http::async_handler with_cors(cors_config cfg, http::async_handler inner) {
   if (cfg.allowed_origins.empty()) return inner;
   auto c = std::make_shared<const cors_config>(std::move(cfg));
-  return [c, inner = std::move(inner)](const http::request& req, http::responder reply) {
+  return [c, inner = std::move(inner)](const http::request& req, const http::responder& reply) {
     const auto origin = req.header("origin");
     const bool allowed =
         origin && std::find(c->allowed_origins.begin(), c->allowed_origins.end(), *origin) != c->allowed_origins.end();
     if (req.method == "OPTIONS" && origin && req.header("access-control-request-method")) {
       const auto method = *req.header("access-control-request-method");
       if (!allowed)
-        return reply(problem(failure_reason::forbidden, "origin '" + origin->substr(0, 256) + "' is not allowed (http.cors.allowed_origins)",
+        return reply(problem(failure_reason::forbidden,
+                             "origin '" + origin->substr(0, 256) + "' is not allowed (http.cors.allowed_origins)",
                              req.path)
                          .with_header("Vary", "Origin"));
       if (!method_allowed(method))
-        return reply(problem(failure_reason::method_not_allowed, "cross-origin " + method.substr(0, 32) + " is not allowed",
-                             req.path)
+        return reply(problem(failure_reason::method_not_allowed,
+                             "cross-origin " + method.substr(0, 32) + " is not allowed", req.path)
                          .with_header("Allow", allowed_methods)
                          .with_header("Vary", "Origin"));
       http::response r;

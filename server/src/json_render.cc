@@ -12,9 +12,7 @@ namespace {
 
 using json = nlohmann::json;
 
-void append_dumped(std::string& out, const json& j) {
-  out += j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+void append_dumped(std::string& out, const json& j) { out += j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // A one-pass check of the canonical form append_canonical_json() promises. It never
 // allocates; anything it is not sure about is "not canonical" and the caller falls back
@@ -81,7 +79,13 @@ class canonical_checker {
         if (i_ + 1 >= s_.size()) return false;
         switch (s_[i_ + 1]) {
           // Exactly the escapes dump() writes for these characters.
-          case '"': case '\\': case 'b': case 'f': case 'n': case 'r': case 't': break;
+          case '"':
+          case '\\':
+          case 'b':
+          case 'f':
+          case 'n':
+          case 'r':
+          case 't': break;
           default: return false;  // \/ and \uXXXX come back in another form
         }
         i_ += 2;
@@ -198,7 +202,8 @@ void append_rendered_value(std::string& out, data_format f, std::string_view byt
   switch (f) {
     case data_format::json:
       // Validated at ingest; embedded as JSON.
-      if (!append_canonical_json(out, bytes)) append_dumped(out, json::parse(bytes.begin(), bytes.end(), nullptr, false));
+      if (!append_canonical_json(out, bytes))
+        append_dumped(out, json::parse(bytes.begin(), bytes.end(), nullptr, false));
       return;
     case data_format::string: return append_json_string(out, bytes);
     case data_format::bytes:
@@ -213,7 +218,8 @@ void append_rendered_value(std::string& out, data_format f, std::string_view byt
 void append_rendered_key(std::string& out, data_format f, std::string_view bytes) {
   switch (f) {
     case data_format::json:
-      if (!append_canonical_json(out, bytes)) append_dumped(out, json::parse(bytes.begin(), bytes.end(), nullptr, false));
+      if (!append_canonical_json(out, bytes))
+        append_dumped(out, json::parse(bytes.begin(), bytes.end(), nullptr, false));
       return;
     case data_format::string: return append_json_string(out, bytes);
     case data_format::bytes:

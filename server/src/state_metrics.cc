@@ -63,8 +63,10 @@ class state_metrics final : public prometheus::Collectable {
     static const prop props[] = {
         {"kstate_rocksdb_estimate_num_keys", "rocksdb.estimate-num-keys: estimated keys in the store",
          &storage::view_stats::estimated_keys},
-        {"kstate_rocksdb_total_sst_files_size_bytes", "rocksdb.total-sst-files-size", &storage::view_stats::total_sst_bytes},
-        {"kstate_rocksdb_live_sst_files_size_bytes", "rocksdb.live-sst-files-size", &storage::view_stats::live_sst_bytes},
+        {"kstate_rocksdb_total_sst_files_size_bytes", "rocksdb.total-sst-files-size",
+         &storage::view_stats::total_sst_bytes},
+        {"kstate_rocksdb_live_sst_files_size_bytes", "rocksdb.live-sst-files-size",
+         &storage::view_stats::live_sst_bytes},
         {"kstate_rocksdb_cur_size_all_mem_tables_bytes", "rocksdb.cur-size-all-mem-tables: memtable bytes",
          &storage::view_stats::memtable_bytes},
         {"kstate_rocksdb_estimate_pending_compaction_bytes", "rocksdb.estimate-pending-compaction-bytes",
@@ -85,8 +87,9 @@ class state_metrics final : public prometheus::Collectable {
       for (const auto& [name, s] : stats) gauge(f, {{"store", name}}, static_cast<double>(s.*(p.field)));
     }
 
-    auto& expired = family("kstate_store_expired_windows_total",
-                           "Windows deleted from disk by retention (compaction filter) since start", MetricType::Counter);
+    auto& expired =
+        family("kstate_store_expired_windows_total",
+               "Windows deleted from disk by retention (compaction filter) since start", MetricType::Counter);
     for (const auto& v : views_)
       if (v.windowed())
         for (const auto& [name, s] : stats)
@@ -96,28 +99,32 @@ class state_metrics final : public prometheus::Collectable {
     // for the whole database.
     auto d = db_.stats();
     gauge(family("kstate_rocksdb_block_cache_capacity_bytes", "Shared block cache capacity (the memory budget)",
-                 MetricType::Gauge), {}, static_cast<double>(d.block_cache_capacity));
-    gauge(family("kstate_rocksdb_block_cache_usage_bytes",
-                 "Shared block cache usage, memtables charged to it included", MetricType::Gauge),
+                 MetricType::Gauge),
+          {}, static_cast<double>(d.block_cache_capacity));
+    gauge(family("kstate_rocksdb_block_cache_usage_bytes", "Shared block cache usage, memtables charged to it included",
+                 MetricType::Gauge),
           {}, static_cast<double>(d.block_cache_usage));
     gauge(family("kstate_rocksdb_block_cache_pinned_usage_bytes", "Pinned entries of the shared block cache",
-                 MetricType::Gauge), {}, static_cast<double>(d.block_cache_pinned));
+                 MetricType::Gauge),
+          {}, static_cast<double>(d.block_cache_pinned));
     counter(family("kstate_rocksdb_block_cache_hits_total", "Block cache hits", MetricType::Counter), {},
             static_cast<double>(d.block_cache_hits));
     counter(family("kstate_rocksdb_block_cache_misses_total", "Block cache misses", MetricType::Counter), {},
             static_cast<double>(d.block_cache_misses));
-    counter(family("kstate_rocksdb_write_stall_seconds_total", "Time writes were stalled by RocksDB",
-                   MetricType::Counter), {}, static_cast<double>(d.write_stall_micros) / 1e6);
+    counter(
+        family("kstate_rocksdb_write_stall_seconds_total", "Time writes were stalled by RocksDB", MetricType::Counter),
+        {}, static_cast<double>(d.write_stall_micros) / 1e6);
     counter(family("kstate_rocksdb_background_errors_total", "RocksDB background errors (flush, compaction)",
-                   MetricType::Counter), {}, static_cast<double>(d.background_errors));
+                   MetricType::Counter),
+            {}, static_cast<double>(d.background_errors));
 
     // Per partition: lag (kafka_exporter's labels), position, readiness.
     auto& lag = family("kstate_consumergroup_lag",
                        "High watermark minus the next offset applied, per partition held here", MetricType::Gauge);
-    auto& pos = family("kstate_partition_position", "Next offset applied (the position answers report)",
-                       MetricType::Gauge);
-    auto& hwm = family("kstate_partition_high_watermark", "The partition's high watermark as last fetched",
-                       MetricType::Gauge);
+    auto& pos =
+        family("kstate_partition_position", "Next offset applied (the position answers report)", MetricType::Gauge);
+    auto& hwm =
+        family("kstate_partition_high_watermark", "The partition's high watermark as last fetched", MetricType::Gauge);
     auto& ready = family("kstate_partition_ready", "1 once the partition caught up after assignment (restored)",
                          MetricType::Gauge);
     auto& remaining = family("kstate_partition_restore_remaining_records",
@@ -129,14 +136,16 @@ class state_metrics final : public prometheus::Collectable {
       if (!t) continue;
       for (const auto& [p, st] : t->partitions) {
         if (!st.assigned) continue;
-        std::vector<ClientMetric::Label> l{{"consumergroup", group_}, {"topic", topic}, {"partition", std::to_string(p)}};
+        std::vector<ClientMetric::Label> l{
+            {"consumergroup", group_}, {"topic", topic}, {"partition", std::to_string(p)}};
         if (st.applied >= 0) gauge(pos, l, static_cast<double>(st.applied));
         if (st.high_watermark >= 0) gauge(hwm, l, static_cast<double>(st.high_watermark));
         if (st.applied >= 0 && st.high_watermark >= 0)
           gauge(lag, l, static_cast<double>(std::max<int64_t>(0, st.high_watermark - st.applied)));
         gauge(ready, l, st.ready ? 1 : 0);
         double left = 0;
-        if (!st.ready && st.catch_up_target >= 0) left = static_cast<double>(std::max<int64_t>(0, st.catch_up_target - std::max<int64_t>(0, st.applied)));
+        if (!st.ready && st.catch_up_target >= 0)
+          left = static_cast<double>(std::max<int64_t>(0, st.catch_up_target - std::max<int64_t>(0, st.applied)));
         gauge(remaining, l, left);
       }
     }

@@ -92,7 +92,7 @@ std::optional<std::string> read_file(const fs::path& p) {
 }
 
 http::response file_response(const http::request& req, std::string body, std::string_view type,
-                            std::string_view cache_control) {
+                             std::string_view cache_control) {
   http::response r;
   r.content_type = std::string(type);
   // HEAD: the same headers, no body. (The server frames it with Content-Length: 0.)
@@ -106,9 +106,10 @@ http::response index_response(const http::request& req, const fs::path& root) {
   auto body = read_file(root / "index.html");
   if (!body) {
     // Where the files are is the operator's business, not the caller's: the log says.
-    spdlog::warn("the dashboard is not built: {} is missing (scripts/demo and scripts/test build it; or run npm ci "
-                 "&& npm run build in web/)",
-                 (root / "index.html").string());
+    spdlog::warn(
+        "the dashboard is not built: {} is missing (scripts/demo and scripts/test build it; or run npm ci "
+        "&& npm run build in web/)",
+        (root / "index.html").string());
     return problem(failure_reason::route_not_found, "the dashboard is not built on this instance", req.path);
   }
   auto r = file_response(req, std::move(*body), "text/html; charset=utf-8", "no-cache");
@@ -137,8 +138,7 @@ std::optional<http::response> serve_ui(const http::request& req, const std::stri
   // Segments are percent-decoded already, so "%2e%2e" arrives as ".." and "a%2Fb" as
   // "a/b": each is checked whole, and none can name anything outside `dir`.
   for (const auto& s : rel) {
-    if (!safe_segment(s))
-      return problem(failure_reason::route_not_found, "no dashboard file at " + req.path, req.path);
+    if (!safe_segment(s)) return problem(failure_reason::route_not_found, "no dashboard file at " + req.path, req.path);
   }
   fs::path p = root;
   for (const auto& s : rel) p /= s;

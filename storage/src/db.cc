@@ -26,8 +26,7 @@ status from_rocks(const rocksdb::Status& s, std::string_view what) {
   if (s.IsInvalidArgument()) return status::invalid_argument(msg);
   if (s.IsNotFound()) return status::not_found(msg);
   if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return status::unavailable(msg);
-  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
-    return status::unavailable(msg);
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) return status::unavailable(msg);
   return status::io_error(msg);
 }
 
@@ -54,7 +53,6 @@ result<rocksdb::CompactionStyle> parse_compaction_style(const std::string& name)
   return status::invalid_argument("compaction_style must be one of level, universal (got '" + name + "')");
 }
 
-
 // RocksDB's info log, routed into the storage logger (warnings and above by default;
 // RocksDB's own INFO chatter goes to debug).
 class spdlog_rocksdb_logger final : public rocksdb::Logger {
@@ -65,8 +63,8 @@ class spdlog_rocksdb_logger final : public rocksdb::Logger {
     char buf[1024];
     vsnprintf(buf, sizeof buf, format, ap);
     auto lvl = level >= rocksdb::InfoLogLevel::ERROR_LEVEL  ? spdlog::level::err
-             : level == rocksdb::InfoLogLevel::WARN_LEVEL ? spdlog::level::warn
-                                                           : spdlog::level::debug;
+               : level == rocksdb::InfoLogLevel::WARN_LEVEL ? spdlog::level::warn
+                                                            : spdlog::level::debug;
     storage_log()->log(lvl, "rocksdb: {}", buf);
   }
   void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
@@ -228,6 +226,7 @@ std::vector<write_batch::entry> write_batch::entries() const {
         auto name = k.substr(first + 1, k.size() - 5 - (first + 1));
         auto it = owner->by_name.find(name);
         auto part = decode_data_key(k.substr(k.size() - 4));
+        if (!part) return;
         entry e{it == owner->by_name.end() ? view_id(-1) : it->second, part->partition, {}, {}, {}};
         if (value) e.position = decode_offset(*value);
         out.push_back(std::move(e));
@@ -277,7 +276,8 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   auto defaults = cf_options(opts.defaults, i->cache);
   if (!defaults) return defaults.error();
   for (const auto& [name, o] : opts.per_store)
-    if (auto check = cf_options(o, i->cache); !check) return status::invalid_argument("store '" + name + "': " + check.error().message());
+    if (auto check = cf_options(o, i->cache); !check)
+      return status::invalid_argument("store '" + name + "': " + check.error().message());
 
   rocksdb::DBOptions db_opts;
   db_opts.create_if_missing = true;
@@ -330,7 +330,8 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   auto s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
-      return status::unavailable("state directory '" + opts.path + "' is in use by another process (RocksDB LOCK held): " + s.ToString());
+      return status::unavailable("state directory '" + opts.path +
+                                 "' is in use by another process (RocksDB LOCK held): " + s.ToString());
     return from_rocks(s, "opening RocksDB at '" + opts.path + "'");
   }
   i->rdb.reset(raw);

@@ -42,7 +42,8 @@ class window_expiry_filter final : public rocksdb::CompactionFilter {
 class window_expiry_filter_factory final : public rocksdb::CompactionFilterFactory {
  public:
   explicit window_expiry_filter_factory(std::shared_ptr<window_expiry> state) : state_(std::move(state)) {}
-  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(const rocksdb::CompactionFilter::Context&) override {
+  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
+      const rocksdb::CompactionFilter::Context&) override {
     return std::make_unique<window_expiry_filter>(state_->cutoffs(), state_->expired);
   }
   const char* Name() const override { return "kstate.window_expiry"; }
@@ -110,7 +111,8 @@ void db::impl::run_expiry(std::chrono::milliseconds every) {
     lock.lock();
     if (stopping) break;
     if (!done.ok()) storage_log()->warn("expiring windows: {}", done.error().message());
-    else if (*done > 0) storage_log()->info("expired windows: compacted {} windowed view(s) in {} ms", *done, ms.count());
+    else if (*done > 0)
+      storage_log()->info("expired windows: compacted {} windowed view(s) in {} ms", *done, ms.count());
   }
 }
 

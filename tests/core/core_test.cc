@@ -40,10 +40,8 @@ std::vector<int64_t> starts_by_enumeration(const window_spec& s, int64_t ts) {
 TEST_CASE("window starts equal an enumeration of aligned windows containing the time") {
   std::mt19937_64 rng(7);
   const window_spec specs[] = {
-      spec(window_type::tumbling, 60'000, 0),
-      spec(window_type::hopping, 60'000, 10'000),
-      spec(window_type::hopping, 60'000, 60'000),
-      spec(window_type::hopping, 7, 3),
+      spec(window_type::tumbling, 60'000, 0),     spec(window_type::hopping, 60'000, 10'000),
+      spec(window_type::hopping, 60'000, 60'000), spec(window_type::hopping, 7, 3),
       spec(window_type::hopping, 10, 1),
   };
   for (const auto& s : specs) {
@@ -84,9 +82,8 @@ TEST_CASE("window arithmetic holds up to the largest event time") {
   // Six 1-minute windows advancing by 10 s contain the largest time; the last starts at
   // the multiple of 10 s at or below it.
   const auto hopping = spec(window_type::hopping, 60'000, 10'000);
-  const std::vector<int64_t> expected{9'223'372'036'854'720'000, 9'223'372'036'854'730'000,
-                                      9'223'372'036'854'740'000, 9'223'372'036'854'750'000,
-                                      9'223'372'036'854'760'000, 9'223'372'036'854'770'000};
+  const std::vector<int64_t> expected{9'223'372'036'854'720'000, 9'223'372'036'854'730'000, 9'223'372'036'854'740'000,
+                                      9'223'372'036'854'750'000, 9'223'372'036'854'760'000, 9'223'372'036'854'770'000};
   CHECK(window_starts(hopping, max) == expected);
 
   // A window whose end + grace lies past the int64 range never closes.
@@ -100,7 +97,11 @@ TEST_CASE("window arithmetic holds up to the largest event time") {
 }
 
 TEST_CASE("window specs are validated with the offending field named") {
-  struct row { window_type type; int64_t size, advance, grace, retention; const char* field; };
+  struct row {
+    window_type type;
+    int64_t size, advance, grace, retention;
+    const char* field;
+  };
   const row rows[] = {
       {window_type::tumbling, 0, 0, 0, 0, "size"},
       {window_type::tumbling, 60'000, 10'000, 0, 0, "advance"},
@@ -137,14 +138,14 @@ TEST_CASE("event times more than max_future ahead of the clock are refused, at t
   window_spec s;
   s.size_ms = 60'000;
   REQUIRE(normalize(s).ok());
-  CHECK(s.max_future_ms == 86'400'000);  // the default: one day
+  CHECK(s.max_future_ms == 86'400'000);   // the default: one day
   const int64_t now = 1'796'292'000'000;  // 2026-12-03T10:00:00Z
   CHECK_FALSE(beyond_max_future(s, now, now));
   CHECK_FALSE(beyond_max_future(s, now - 1'000'000'000, now));  // the past is never refused
-  CHECK_FALSE(beyond_max_future(s, now + 86'400'000, now));      // exactly max_future ahead
-  CHECK(beyond_max_future(s, now + 86'400'001, now));            // one ms more
-  CHECK(beyond_max_future(s, 253'402'214'400'000, now));         // 9999-12-31T00:00:00Z
-  CHECK(beyond_max_future(s, INT64_MAX, now));                   // no overflow at the extreme
+  CHECK_FALSE(beyond_max_future(s, now + 86'400'000, now));     // exactly max_future ahead
+  CHECK(beyond_max_future(s, now + 86'400'001, now));           // one ms more
+  CHECK(beyond_max_future(s, 253'402'214'400'000, now));        // 9999-12-31T00:00:00Z
+  CHECK(beyond_max_future(s, INT64_MAX, now));                  // no overflow at the extreme
   CHECK_FALSE(beyond_max_future(s, INT64_MIN, now));
   s.max_future_ms = 0;
   CHECK_FALSE(beyond_max_future(s, now, now));
@@ -226,8 +227,9 @@ TEST_CASE("windowed keys sort by key bytes, then start, and round-trip") {
   }
   // The model order: key bytes as unsigned, then start.
   auto bytes_less = [](const std::string& a, const std::string& b) {
-    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
-                                        [](char x, char y) { return static_cast<unsigned char>(x) < static_cast<unsigned char>(y); });
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+      return static_cast<unsigned char>(x) < static_cast<unsigned char>(y);
+    });
   };
   std::vector<size_t> by_model(pairs.size()), by_encoding(pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) by_model[i] = by_encoding[i] = i;
@@ -263,7 +265,8 @@ TEST_CASE("guarded() returns what a body threw, described, and nothing when it r
   CHECK(ran == 1);
 }
 
-TEST_CASE("a change_notifier subscriber that throws does not keep the others from hearing; the first error is rethrown") {
+TEST_CASE(
+    "a change_notifier subscriber that throws does not keep the others from hearing; the first error is rethrown") {
   change_notifier n;
   int heard = 0;
   n.subscribe([] { throw std::runtime_error("first"); });

@@ -32,11 +32,20 @@ bool reference_utf8(std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     int extra = 0;
     uint32_t cp = 0;
-    if (c < 0x80) { cp = c; }
-    else if ((c & 0xE0) == 0xC0) { extra = 1; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { extra = 2; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { extra = 3; cp = c & 0x07; }
-    else return false;
+    if (c < 0x80) {
+      cp = c;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
     if (i + extra >= s.size()) return false;  // truncated
     for (int k = 1; k <= extra; ++k) {
       const auto b = static_cast<unsigned char>(s[i + k]);

@@ -68,7 +68,7 @@ client_request get(std::string target) {
 
 // Sends one request and waits for its answer; also records the thread `done` ran on.
 result<response> call(http_client& c, const std::string& ep, client_request req,
-                           std::thread::id* done_thread = nullptr) {
+                      std::thread::id* done_thread = nullptr) {
   auto p = std::make_shared<std::promise<result<response>>>();
   auto f = p->get_future();
   c.send(ep, std::move(req), [p, done_thread](result<response> r) {
@@ -231,10 +231,8 @@ TEST_CASE("request headers and body reach the peer; any status is a response; ho
   client_request req;
   req.method = "POST";
   req.target = "/v1/stores/s/keys:batchGet";
-  req.headers = {{"X-Kstate-Hop", "1"},
-                 {"X-Request-Id", "abc-123"},
-                 {"Accept", "application/json"},
-                 {"Content-Type", "application/json"},
+  req.headers = {{"X-Kstate-Hop", "1"},          {"X-Request-Id", "abc-123"},
+                 {"Accept", "application/json"}, {"Content-Type", "application/json"},
                  {"Connection", "close"},  // client-owned: ignored, the connection stays pooled
                  {"Content-Length", "999"}};
   req.body = R"({"keys":["a"]})";
@@ -295,10 +293,12 @@ TEST_CASE("connecting to a closed port is unavailable, quickly") {
 TEST_CASE("a handler slower than the deadline gives deadline_exceeded near the deadline; the client stays usable") {
   server_config scfg;
   scfg.threads = 2;
-  test_server srv([](const request& req) {
-    if (req.path == "/slow") std::this_thread::sleep_for(1s);
-    return echo_target(req);
-  }, scfg);
+  test_server srv(
+      [](const request& req) {
+        if (req.path == "/slow") std::this_thread::sleep_for(1s);
+        return echo_target(req);
+      },
+      scfg);
   client_config cfg;
   cfg.request_timeout = 10s;  // the request's own deadline must win
   http_client client(cfg);
@@ -345,7 +345,9 @@ class ndjson_lines : public sync_body_source {
     out += line(i_++);
     return i_ < n_;
   }
-  static std::string line(int i) { return R"({"key":"k)" + std::to_string(i) + R"(","value":)" + std::to_string(i) + "}\n"; }
+  static std::string line(int i) {
+    return R"({"key":"k)" + std::to_string(i) + R"(","value":)" + std::to_string(i) + "}\n";
+  }
 
  private:
   int n_;
@@ -389,9 +391,10 @@ TEST_CASE("destroying the client completes requests in flight with unavailable, 
   server_config scfg;
   scfg.shutdown_grace = 200ms;
   test_server srv(async_handler([&](const request&, responder reply) {
-    std::lock_guard lk(mu);
-    parked.push_back(std::move(reply));
-  }), scfg);
+                    std::lock_guard lk(mu);
+                    parked.push_back(std::move(reply));
+                  }),
+                  scfg);
 
   completions done;
   {

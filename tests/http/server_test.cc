@@ -262,7 +262,7 @@ void check_refused_framing(const std::string& head, const std::string& body) {
   std::string rest;
   auto ec = c.read_raw(rest, 3s);
   CHECK(ec != beast::error::timeout);  // closed by the server
-  CHECK(rest.empty());                  // no second answer: the body was not a request
+  CHECK(rest.empty());                 // no second answer: the body was not a request
   CHECK(*h.calls == 0);
 }
 
@@ -296,7 +296,8 @@ TEST_CASE("smuggling: Transfer-Encoding with Content-Length is refused, in eithe
 }
 
 TEST_CASE("smuggling: Content-Length twice or as a list is refused even when the values agree") {
-  check_refused_framing("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n", "{}" + smuggled);
+  check_refused_framing("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+                        "{}" + smuggled);
   check_refused_framing("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 2\r\n\r\n", "{}" + smuggled);
 }
 
@@ -308,8 +309,8 @@ TEST_CASE("smuggling: a plain chunked body is still accepted and the connection 
   counting_handler h;
   running_server srv({}, h.fn());
   wire_client c(srv.port());
-  REQUIRE(!c.send("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" +
-                  get("/b")));
+  REQUIRE(
+      !c.send("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + get("/b")));
   wire_response a, b;
   REQUIRE(!c.read(a));
   REQUIRE(!c.read(b));
@@ -341,8 +342,9 @@ TEST_CASE("limits: trailers count against the header limit and never reach the h
   {
     wire_client c(srv.port());
     wire_response res;
-    REQUIRE(!c.send("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
-                    "X-Custom: from-trailer\r\n\r\n"));
+    REQUIRE(
+        !c.send("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+                "X-Custom: from-trailer\r\n\r\n"));
     REQUIRE(!c.read(res));
     CHECK(res.result_int() == 200);
     CHECK(json_of(res)["body"] == "abc");
@@ -350,8 +352,11 @@ TEST_CASE("limits: trailers count against the header limit and never reach the h
   }
   wire_client c(srv.port());
   wire_response res;
-  REQUIRE(!c.exchange("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
-                      "X-Big: " + std::string(4096, 't') + "\r\n\r\n", res));
+  REQUIRE(
+      !c.exchange("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+                  "X-Big: " +
+                      std::string(4096, 't') + "\r\n\r\n",
+                  res));
   check_problem(res, 431, 43101);
   CHECK_FALSE(res.keep_alive());
 }
@@ -364,8 +369,8 @@ TEST_CASE("limits: a chunk line that never ends is cut off, not buffered") {
   wire_client c(srv.port());
   wire_response res;
   // 1 MiB of chunk-size digits without a line end: more than the read buffer holds.
-  REQUIRE(!c.exchange("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
-                      std::string(1024 * 1024, 'a'), res));
+  REQUIRE(!c.exchange(
+      "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;" + std::string(1024 * 1024, 'a'), res));
   check_problem(res, 431, 43101);
   CHECK(*h.calls == 0);
 }
@@ -608,4 +613,3 @@ TEST_CASE("server: start() reports a port that cannot be bound") {
   CHECK_FALSE(s.ok());
   CHECK(s.code() == status_code::io_error);
 }
-

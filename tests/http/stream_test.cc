@@ -153,7 +153,8 @@ TEST_CASE("stream: empty pieces are skipped; a source that only returns empty pi
   }
 }
 
-TEST_CASE("stream: next() is called only as fast as the client reads; a stalled client is cut off and the source released") {
+TEST_CASE(
+    "stream: next() is called only as fast as the client reads; a stalled client is cut off and the source released") {
   server_config cfg;
   cfg.read_timeout = 300ms;  // also the write deadline
   auto probe = std::make_shared<counting_source::probe>();
@@ -333,7 +334,7 @@ TEST_CASE("async: a second reply is ignored and the connection stays usable") {
   background bg;
   running_async_server srv({}, [&bg](const request& req, responder reply) {
     reply(text("first:" + req.path));
-    reply(text("second:" + req.path));  // ignored
+    reply(text("second:" + req.path));                                   // ignored
     bg.run([reply, path = req.path] { reply(text("third:" + path)); });  // ignored too
   });
   wire_client c(srv.port());
@@ -378,7 +379,12 @@ TEST_CASE("async: a reply arriving during stop() is delivered, then the connecti
   });
   wire_client c(srv.port());
   REQUIRE(!c.send(get("/wait")));
-  REQUIRE(wait_for([&] { std::lock_guard lk(mu); return static_cast<bool>(held); }, 2s));
+  REQUIRE(wait_for(
+      [&] {
+        std::lock_guard lk(mu);
+        return static_cast<bool>(held);
+      },
+      2s));
 
   std::thread replier([&] {
     std::this_thread::sleep_for(150ms);
@@ -409,7 +415,12 @@ TEST_CASE("async: a reply still pending does not hold stop() beyond shutdown_gra
   });
   wire_client c(srv.port());
   REQUIRE(!c.send(get("/never")));
-  REQUIRE(wait_for([&] { std::lock_guard lk(mu); return static_cast<bool>(held); }, 2s));
+  REQUIRE(wait_for(
+      [&] {
+        std::lock_guard lk(mu);
+        return static_cast<bool>(held);
+      },
+      2s));
 
   const auto t0 = std::chrono::steady_clock::now();
   srv.instance->stop();
@@ -439,7 +450,12 @@ TEST_CASE("async: the responder may outlive the server uncalled") {
     });
     wire_client c(srv.port());
     REQUIRE(!c.send(get("/x")));
-    REQUIRE(wait_for([&] { std::lock_guard lk(mu); return static_cast<bool>(held); }, 2s));
+    REQUIRE(wait_for(
+        [&] {
+          std::lock_guard lk(mu);
+          return static_cast<bool>(held);
+        },
+        2s));
   }
   std::lock_guard lk(mu);
   held = nullptr;  // destroyed uncalled after the server: must not touch it

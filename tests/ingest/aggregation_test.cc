@@ -47,32 +47,36 @@ TEST_CASE("split_words: lower-cased runs of word characters, as written out by h
 TEST_CASE("split_words: Unicode letters, digits, marks and connectors make words; lower-cased fully") {
   using words = std::vector<std::string>;
   // Punctuation and spaces outside ASCII separate words.
-  CHECK(split_words("42\u201442") == words{"42", "42"});                        // em dash
+  CHECK(split_words("42\u201442") == words{"42", "42"});                               // em dash
   CHECK(split_words("\u201cHello\u201d, she said") == words{"hello", "she", "said"});  // curly quotes
-  CHECK(split_words("it\u2019s") == words{"it", "s"});                          // curly apostrophe
-  CHECK(split_words("100\u00a0km") == words{"100", "km"});                      // no-break space
-  CHECK(split_words("10\u202f000") == words{"10", "000"});                      // narrow no-break space
-  CHECK(split_words("a\u3000b\u2003c") == words{"a", "b", "c"});               // ideographic, em space
+  CHECK(split_words("it\u2019s") == words{"it", "s"});                                 // curly apostrophe
+  CHECK(split_words("100\u00a0km") == words{"100", "km"});                             // no-break space
+  CHECK(split_words("10\u202f000") == words{"10", "000"});                             // narrow no-break space
+  CHECK(split_words("a\u3000b\u2003c") == words{"a", "b", "c"});                       // ideographic, em space
   CHECK(split_words("\u00bfqu\u00e9?\u00a1ya!") == words{"qu\u00e9", "ya"});
-  CHECK(split_words("smile\U0001F600face") == words{"smile", "face"});          // emoji: a symbol
+  CHECK(split_words("smile\U0001F600face") == words{"smile", "face"});  // emoji: a symbol
   // Letters of every script, with their combining marks, lower-cased.
   CHECK(split_words("Cr\u00e8me BR\u00dbL\u00c9E") == words{"cr\u00e8me", "br\u00fbl\u00e9e"});
   CHECK(split_words("Cafe\u0301 NOE\u0308L") == words{"cafe\u0301", "noe\u0308l"});  // combining acute, diaeresis
-  CHECK(split_words("\u0915\u093f\u0924\u093e\u092c") == words{"\u0915\u093f\u0924\u093e\u092c"});  // Devanagari with vowel signs
+  CHECK(split_words("\u0915\u093f\u0924\u093e\u092c") ==
+        words{"\u0915\u093f\u0924\u093e\u092c"});  // Devanagari with vowel signs
   CHECK(split_words("\u6771\u4eac\u30bf\u30ef\u30fc\u3001\u5927\u962a") ==
         words{"\u6771\u4eac\u30bf\u30ef\u30fc", "\u5927\u962a"});  // CJK: runs, split at the ideographic comma
   CHECK(split_words("snake_case\u203fjoined") == words{"snake_case\u203fjoined"});  // connector punctuation
   // Digits and numbers of other scripts are kept as written.
-  CHECK(split_words("\u0664\u0662 \u0967\u0968\u0969 x\u00b2") == words{"\u0664\u0662", "\u0967\u0968\u0969", "x\u00b2"});
+  CHECK(split_words("\u0664\u0662 \u0967\u0968\u0969 x\u00b2") ==
+        words{"\u0664\u0662", "\u0967\u0968\u0969", "x\u00b2"});
   // Full lower-case mapping, root locale.
   CHECK(split_words("STRASSE Stra\u00dfe \u1e9e") == words{"strasse", "stra\u00dfe", "\u00df"});
   CHECK(split_words("\u039f\u0394\u039f\u03a3 \u03a3\u0391\u03a3") ==
         words{"\u03bf\u03b4\u03bf\u03c2", "\u03c3\u03b1\u03c2"});  // final sigma at the end of a word only
   CHECK(split_words("\u0130stanbul ISPARTA \u0131spanak") ==
         words{"i\u0307stanbul", "isparta", "\u0131spanak"});  // dotted capital I: i + combining dot
-  CHECK(split_words("\u2166") == words{"\u2176"});  // ROMAN NUMERAL SEVEN: a number with a lower case
+  CHECK(split_words("\u2166") == words{"\u2176"});            // ROMAN NUMERAL SEVEN: a number with a lower case
   // Ill-formed bytes separate words (group_keys refuses such values before).
-  CHECK(split_words(std::string("ab\xff" "cd\xc3", 6)) == words{"ab", "cd"});
+  CHECK(split_words(std::string("ab\xff"
+                                "cd\xc3",
+                                6)) == words{"ab", "cd"});
 }
 
 TEST_CASE("group_keys and aggregators refuse JSON deeper than max_json_depth instead of crashing") {
@@ -81,24 +85,28 @@ TEST_CASE("group_keys and aggregators refuse JSON deeper than max_json_depth ins
   v.group_by = group_by_kind::json;
   v.group_path = "user.id";
   std::vector<std::string> out;
-  CHECK(group_keys(v, std::nullopt, std::string_view(deep_group), 128, out) == "value is nested deeper than max_json_depth (128)");
+  CHECK(group_keys(v, std::nullopt, std::string_view(deep_group), 128, out) ==
+        "value is nested deeper than max_json_depth (128)");
   CHECK(out.empty());
   // At the limit the field is a key, printed compactly.
   const std::string at_limit = "{\"user\":{\"id\":" + std::string(126, '[') + std::string(126, ']') + "}}";
   CHECK(group_keys(v, std::nullopt, std::string_view(at_limit), 128, out).empty());
   CHECK(out == std::vector<std::string>{std::string(126, '[') + std::string(126, ']')});
-  CHECK(group_keys(v, std::nullopt, std::string_view(at_limit), 127, out) == "value is nested deeper than max_json_depth (127)");
+  CHECK(group_keys(v, std::nullopt, std::string_view(at_limit), 127, out) ==
+        "value is nested deeper than max_json_depth (127)");
 
   // A group key that is a string holding deep JSON, for a view that renders keys as JSON.
   v.key_format = data_format::json;
   const std::string deep_text = "{\"user\":{\"id\":\"" + std::string(200, '[') + std::string(200, ']') + "\"}}";
-  CHECK(group_keys(v, std::nullopt, std::string_view(deep_text), 128, out) == "group key is nested deeper than max_json_depth (128)");
+  CHECK(group_keys(v, std::nullopt, std::string_view(deep_text), 128, out) ==
+        "group key is nested deeper than max_json_depth (128)");
   auto by_key = make(view_kind::count);
   by_key.key_format = data_format::json;
   CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out) ==
         "group key is nested deeper than max_json_depth (128)");
   by_key.key_format = data_format::string;
-  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out).empty());
+  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out)
+            .empty());
 
   // sum reads the number from the value; the depth is checked before the parse.
   auto sv = make(view_kind::sum);
@@ -115,7 +123,8 @@ TEST_CASE("group_keys and aggregators refuse JSON deeper than max_json_depth ins
   wv.window->size_ms = 60'000;
   wv.window->time_field = "t";
   int64_t ts = 0;
-  CHECK(event_time(wv, std::string_view(deep_group), -1, 128, ts) == "value is nested deeper than max_json_depth (128)");
+  CHECK(event_time(wv, std::string_view(deep_group), -1, 128, ts) ==
+        "value is nested deeper than max_json_depth (128)");
   CHECK(event_time(wv, std::string_view(R"({"t":1796205600000})"), -1, 128, ts).empty());
   CHECK(ts == 1'796'205'600'000);
 }
@@ -159,7 +168,10 @@ TEST_CASE("split_words agrees with a character-class model on random ASCII lines
     std::string cur;
     for (char c : line) {
       if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') cur += static_cast<char>(std::tolower(c));
-      else if (!cur.empty()) { expect.push_back(cur); cur.clear(); }
+      else if (!cur.empty()) {
+        expect.push_back(cur);
+        cur.clear();
+      }
     }
     if (!cur.empty()) expect.push_back(cur);
     REQUIRE_MESSAGE(split_words(line) == expect, line);

@@ -58,10 +58,10 @@ class mock_kafka {
   // Produces to partition 0 and waits for the acknowledgements.
   void produce(const std::string& topic, const std::vector<std::pair<std::string, std::string>>& records) {
     for (const auto& [k, v] : records)
-      REQUIRE(rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(0),
-                                RD_KAFKA_V_KEY(k.data(), k.size()),
-                                RD_KAFKA_V_VALUE(const_cast<char*>(v.data()), v.size()),
-                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
+      REQUIRE(
+          rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(0),
+                            RD_KAFKA_V_KEY(k.data(), k.size()), RD_KAFKA_V_VALUE(const_cast<char*>(v.data()), v.size()),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
     REQUIRE(rd_kafka_flush(producer_, 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
   }
   // The next `errors.size()` produce requests (of any client) fail with these errors.
@@ -76,8 +76,8 @@ class mock_kafka {
 };
 
 struct state {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("kstate-ingest-fault-" + std::to_string(std::random_device{}()));
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kstate-ingest-fault-" + std::to_string(std::random_device{}()));
   std::unique_ptr<storage::db> db;
   explicit state(const std::vector<std::string>& views) {
     auto opened = storage::db::open({.path = dir.string(), .block_cache_bytes = 8 << 20}, views);
@@ -181,7 +181,8 @@ TEST_CASE("a dead letter the broker refuses for good arrives as an envelope, or 
     e.stop();
   }
   SUBCASE("refused for the envelope too: counted as failed, the batch still written") {
-    kafka.fail_produce_requests({RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
+    kafka.fail_produce_requests(
+        {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
     engine e(config(kafka), {v}, *st.db, ownership, &metrics);
     REQUIRE(e.start().ok());
     wait_until("the batch is written", [&] {
@@ -207,7 +208,8 @@ TEST_CASE("an exception on the standby thread stops the copies with a metric, no
   membership_registry membership;
   cluster_snapshot group;
   group.version = 1;
-  group.members = {member_info{"a", "a", "http://a", "host", {{"events", 0}}}, member_info{"b", "b", "http://b", "host", {}}};
+  group.members = {member_info{"a", "a", "http://a", "host", {{"events", 0}}},
+                   member_info{"b", "b", "http://b", "host", {}}};
   membership.publish(group);
   change_notifier notifier;
   notifier.subscribe([] { throw std::runtime_error("subscriber failed on purpose"); });

@@ -16,15 +16,18 @@ using namespace kstate::ingest;
 
 namespace {
 struct fixture {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("kstate-ingest-" + std::to_string(std::random_device{}()));
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kstate-ingest-" + std::to_string(std::random_device{}()));
   std::vector<view_def> views;
   std::unique_ptr<storage::db> db;
   fixture() {
-    view_def users{.name = "users", .topic = "users-topic", .key_format = data_format::string,
-                   .value_format = data_format::json, .dead_letter_topic = "dlq"};
-    view_def raw{.name = "raw", .topic = "users-topic", .key_format = data_format::bytes,
-                 .value_format = data_format::bytes};
+    view_def users{.name = "users",
+                   .topic = "users-topic",
+                   .key_format = data_format::string,
+                   .value_format = data_format::json,
+                   .dead_letter_topic = "dlq"};
+    view_def raw{
+        .name = "raw", .topic = "users-topic", .key_format = data_format::bytes, .value_format = data_format::bytes};
     view_def other{.name = "other", .topic = "other-topic", .value_format = data_format::string};
     views = {users, raw, other};
     db = std::move(storage::db::open({.path = dir.string()}, {"users", "raw", "other"}).value());
@@ -109,7 +112,13 @@ TEST_CASE("one batch carries every view's state changes and each partition's nex
   // Expected, written out from the rules: users applies alice put, skips bob (invalid
   // JSON), applies alice delete; raw applies all three; then each (view, partition)'s
   // final position, once, in view order. The position passes bob for users too.
-  struct exp { storage::view_id v; int32_t p; std::string key; std::optional<std::string> val; std::optional<int64_t> pos; };
+  struct exp {
+    storage::view_id v;
+    int32_t p;
+    std::string key;
+    std::optional<std::string> val;
+    std::optional<int64_t> pos;
+  };
   std::vector<exp> expected{
       {users, 2, "alice", frame_value(10, R"({"n":1})"), {}},
       {raw, 2, "alice", frame_value(10, R"({"n":1})"), {}},
@@ -171,7 +180,10 @@ TEST_CASE("partitioners: murmur2 matches the Java client's default partitioner")
   // Expected values computed by the Java client itself (kafka-clients 3.9.2):
   //   Utils.toPositive(Utils.murmur2(key.getBytes(UTF_8))) % n   for n = 1, 3, 6, 12, 100
   // which is what its default partitioner does for keyed records.
-  struct vec { const char* key; int expected[5]; };
+  struct vec {
+    const char* key;
+    int expected[5];
+  };
   const vec vectors[] = {
       {"", {0, 0, 3, 9, 81}},
       {"a", {0, 1, 4, 4, 24}},

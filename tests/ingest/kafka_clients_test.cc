@@ -21,8 +21,9 @@ ki::ingest_config base_config() {
   cfg.instance_id = "i7";
   cfg.transaction_timeout = std::chrono::milliseconds(30000);
   // One default and one fixed property of some client each, and one nobody sets.
-  cfg.kafka = {{"fetch.max.bytes", "1000000"}, {"linger.ms", "7"},        {"group.id", "user-group"},
-               {"client.id", "user-client"},   {"enable.auto.commit", "true"}, {"enable.idempotence", "false"},
+  cfg.kafka = {{"fetch.max.bytes", "1000000"}, {"linger.ms", "7"},
+               {"group.id", "user-group"},     {"client.id", "user-client"},
+               {"enable.auto.commit", "true"}, {"enable.idempotence", "false"},
                {"socket.timeout.ms", "12345"}};
   return cfg;
 }
@@ -91,8 +92,9 @@ TEST_CASE("the standby consumer: the engine's memory defaults, a group it never 
 TEST_CASE("the producers: linger the user may change, idempotence fixed") {
   auto cfg = base_config();
   for (const auto& spec : {ki::dead_letter_producer_spec(), ki::aggregate_producer_spec(cfg)})
-    check_props(cfg, spec,
-                {{"linger.ms", "7"}, {"enable.idempotence", "true"}, {"client.id", "kst"}, {"socket.timeout.ms", "12345"}});
+    check_props(
+        cfg, spec,
+        {{"linger.ms", "7"}, {"enable.idempotence", "true"}, {"client.id", "kst"}, {"socket.timeout.ms", "12345"}});
   cfg.kafka.erase("linger.ms");
   check_props(cfg, ki::dead_letter_producer_spec(), {{"linger.ms", "5"}});
   cfg.exactly_once = true;
@@ -102,12 +104,9 @@ TEST_CASE("the producers: linger the user may change, idempotence fixed") {
 
 TEST_CASE("the readers that only assign: restore and group secret consumers") {
   auto cfg = base_config();
-  const std::map<std::string, std::string> reader = {{"isolation.level", "read_committed"},
-                                                     {"enable.auto.commit", "false"},
-                                                     {"enable.partition.eof", "true"},
-                                                     {"auto.offset.reset", earliest},
-                                                     {"fetch.max.bytes", "1000000"},
-                                                     {"socket.timeout.ms", "12345"}};
+  const std::map<std::string, std::string> reader = {
+      {"isolation.level", "read_committed"}, {"enable.auto.commit", "false"}, {"enable.partition.eof", "true"},
+      {"auto.offset.reset", earliest},       {"fetch.max.bytes", "1000000"},  {"socket.timeout.ms", "12345"}};
   auto restore = reader;
   restore.insert({{"client.id", "kst-restore"}, {"group.id", "app-restore"}});
   check_props(cfg, ki::restore_consumer_spec(cfg), restore);

@@ -57,7 +57,9 @@ TEST_CASE("word count over 200,000 generated lines equals the recount, word by w
   CHECK(ks.terminate() == 0);
 }
 
-TEST_CASE("bad input: not-a-number for sum, empty or binary lines, missing group field: counted, dead-lettered, ingest goes on") {
+TEST_CASE(
+    "bad input: not-a-number for sum, empty or binary lines, missing group field: counted, dead-lettered, ingest goes "
+    "on") {
   auto lines = unique_name("badlines"), amounts = unique_name("amounts"), orders = unique_name("orders");
   auto dlq = unique_name("agg-dlq");
   create_topic(lines, 3);

@@ -33,13 +33,14 @@ std::string hash_with_kstate(const std::string& secret) {
   return out;
 }
 
-std::optional<http_answer> request(uint16_t port, const std::string& method, const std::string& target,
-                                   const token& t, const std::string& body = {},
+std::optional<http_answer> request(uint16_t port, const std::string& method, const std::string& target, const token& t,
+                                   const std::string& body = {},
                                    std::vector<std::pair<std::string, std::string>> extra = {}) {
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   for (const auto& [k, v] : auth_headers(t)) req += k + ": " + v + "\r\n";
   for (const auto& [k, v] : extra) req += k + ": " + v + "\r\n";
-  if (method == "POST") req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (method == "POST")
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   http_client c(port);
   return c.raw(req + "\r\n" + body);
 }
@@ -131,7 +132,10 @@ TEST_CASE("token scopes decide every route's status, also through a forwarding i
       {"range", "GET", "/v1/stores/orders-eu/keys?limit=50", "", {401, 401, 403, 200, 403, 200}},
       {"prefix scan", "GET", "/v1/stores/orders-eu/keys?prefix=k-1", "", {401, 401, 403, 200, 403, 200}},
       {"count", "GET", "/v1/stores/orders-eu/count", "", {401, 401, 403, 200, 403, 200}},
-      {"batchGet", "POST", "/v1/stores/orders-eu/keys:batchGet", R"({"keys":["k-1","k-2","k-399"]})",
+      {"batchGet",
+       "POST",
+       "/v1/stores/orders-eu/keys:batchGet",
+       R"({"keys":["k-1","k-2","k-399"]})",
        {401, 401, 403, 200, 403, 200}},
       {"key windows", "GET", "/v1/stores/orders-win/windows/k-7?from=0", "", {401, 401, 403, 200, 403, 200}},
       {"window range", "GET", "/v1/stores/orders-win/windows?limit=50", "", {401, 401, 403, 200, 403, 200}},
@@ -144,8 +148,8 @@ TEST_CASE("token scopes decide every route's status, also through a forwarding i
       for (size_t t = 0; t < tokens.size(); ++t) {
         auto r = request(via->port(), rc.method, rc.target, tokens[t], rc.body);
         REQUIRE(r);
-        CHECK_MESSAGE(r->status == rc.status[t], rc.kind << " with token '" << tokens[t].name << "' via "
-                                                         << via->port() << ": " << r->status << " " << r->body);
+        CHECK_MESSAGE(r->status == rc.status[t], rc.kind << " with token '" << tokens[t].name << "' via " << via->port()
+                                                         << ": " << r->status << " " << r->body);
         if (r->status == 401) {
           CHECK(r->headers["www-authenticate"].rfind("Bearer", 0) == 0);
           CHECK(r->headers["content-type"] == "application/problem+json");
@@ -191,8 +195,8 @@ TEST_CASE("token scopes decide every route's status, also through a forwarding i
     std::vector<std::string> got;
     std::string cursor;
     for (int guard = 0; guard < 100; ++guard) {
-      auto r = request(via->port(), "GET", "/v1/stores/orders-eu/keys?limit=64" + (cursor.empty() ? "" : "&cursor=" + cursor),
-                       orders);
+      auto r = request(via->port(), "GET",
+                       "/v1/stores/orders-eu/keys?limit=64" + (cursor.empty() ? "" : "&cursor=" + cursor), orders);
       REQUIRE(r);
       REQUIRE_MESSAGE(r->status == 200, r->body);
       auto body = r->body_json();
@@ -257,7 +261,8 @@ TEST_CASE("token scopes decide every route's status, also through a forwarding i
     std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK(log.size() > 0);
     for (const auto& t : tokens)
-      if (!t.secret.empty()) CHECK_MESSAGE(log.find(t.secret) == std::string::npos, "token '" << t.name << "' in " << p->log_path());
+      if (!t.secret.empty())
+        CHECK_MESSAGE(log.find(t.secret) == std::string::npos, "token '" << t.name << "' in " << p->log_path());
   }
 }
 

@@ -172,8 +172,9 @@ TEST_CASE("a dead letter too large for its topic arrives as a bounded envelope; 
     }
   }
   CHECK(dead.count(big_at) == 1);
-  CHECK(read_file(ks.log_path()).find(topic + "-" + std::to_string(big_at.first) + "@" +
-                                      std::to_string(big_at.second)) != std::string::npos);
+  CHECK(
+      read_file(ks.log_path()).find(topic + "-" + std::to_string(big_at.first) + "@" + std::to_string(big_at.second)) !=
+      std::string::npos);
   CHECK(ks.terminate() == 0);
 }
 
@@ -220,7 +221,8 @@ TEST_CASE("dead letters that cannot be delivered even as envelopes are counted a
   size_t logged = 0;
   for (const auto& r : consume_all(topic, recs.size()))
     if (r.value && r.value->rfind("{broken ", 0) == 0) {
-      auto at = topic + "-" + std::to_string(r.partition) + "@" + std::to_string(r.offset) + " (store t) could not be delivered";
+      auto at = topic + "-" + std::to_string(r.partition) + "@" + std::to_string(r.offset) +
+                " (store t) could not be delivered";
       if (log.find(at) != std::string::npos) ++logged;
     }
   CHECK(logged == invalid);

@@ -106,7 +106,8 @@ TEST_CASE("two instances: keys, ranges, counts and batches through either instan
       std::vector<std::string> got;
       std::string cursor;
       for (int guard = 0; guard < 1000; ++guard) {
-        auto r = rc.get("/v1/stores/s/keys?limit=" + std::to_string(limit) + (cursor.empty() ? "" : "&cursor=" + cursor));
+        auto r =
+            rc.get("/v1/stores/s/keys?limit=" + std::to_string(limit) + (cursor.empty() ? "" : "&cursor=" + cursor));
         REQUIRE(r);
         REQUIRE_MESSAGE(r->status == 200, r->body);
         auto body = r->body_json();
@@ -129,8 +130,10 @@ TEST_CASE("two instances: keys, ranges, counts and batches through either instan
       if (it->rfind("user-19", 0) == 0) want.push_back(*it);
     auto desc_body = desc->body_json();  // named: a temporary would die before the loop body
     for (const auto& e : desc_body["data"]) got.push_back(e["key"].get<std::string>());
-    CHECK_MESSAGE(got == want, "got " << got.size() << " want " << want.size() << " first " << (got.empty() ? "" : got[0])
-                                     << " / " << (want.empty() ? "" : want[0]) << " last " << (got.empty() ? "" : got.back()) << " / " << (want.empty() ? "" : want.back()));
+    CHECK_MESSAGE(got == want, "got " << got.size() << " want " << want.size() << " first "
+                                      << (got.empty() ? "" : got[0]) << " / " << (want.empty() ? "" : want[0])
+                                      << " last " << (got.empty() ? "" : got.back()) << " / "
+                                      << (want.empty() ? "" : want.back()));
   }
   // Count and batchGet through either instance: summed and merged across owners.
   for (auto* via : {&a, &b}) {

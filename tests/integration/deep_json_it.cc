@@ -35,7 +35,9 @@ bool alive(uint16_t port) {
 
 }  // namespace
 
-TEST_CASE("values nested 100,000 deep are dead-lettered by a table and a group_by json count; the rest is exact, across a restart") {
+TEST_CASE(
+    "values nested 100,000 deep are dead-lettered by a table and a group_by json count; the rest is exact, across a "
+    "restart") {
   const auto topic = unique_name("deep"), dlq = unique_name("deep-dlq");
   create_topic(topic, 3);
   create_topic(dlq, 1);
@@ -55,7 +57,8 @@ TEST_CASE("values nested 100,000 deep are dead-lettered by a table and a group_b
       continue;
     }
     const std::string user = "u" + std::to_string(i % 40);
-    produced r{"order-" + std::to_string(i % 97), "{\"user\":{\"id\":\"" + user + "\"},\"i\":" + std::to_string(i) + "}"};
+    produced r{"order-" + std::to_string(i % 97),
+               "{\"user\":{\"id\":\"" + user + "\"},\"i\":" + std::to_string(i) + "}"};
     apply_record(table, r);
     ++per_user[user];
     records.push_back(r);
@@ -71,7 +74,8 @@ TEST_CASE("values nested 100,000 deep are dead-lettered by a table and a group_b
   auto check_state = [&] {
     // Every record but the deep ones is reflected, key by key, in both views.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (ks.position_sum("orders") < static_cast<int64_t>(records.size()) && std::chrono::steady_clock::now() < deadline)
+    while (ks.position_sum("orders") < static_cast<int64_t>(records.size()) &&
+           std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     REQUIRE(ks.position_sum("orders") == static_cast<int64_t>(records.size()));
     REQUIRE(wait_total(ks.port(), "per_user", 598, std::chrono::seconds(120)) == 598);
@@ -114,7 +118,7 @@ TEST_CASE("values nested 100,000 deep are dead-lettered by a table and a group_b
       for (const char* view : views_of_last) expected.insert({view, where[i].first, where[i].second});
     for (const auto& r : consume_all(dlq, total)) {
       const std::pair<int32_t, int64_t> at{std::stoi(r.headers.at("kstate.partition")),
-                                          std::stoll(r.headers.at("kstate.offset"))};
+                                           std::stoll(r.headers.at("kstate.offset"))};
       CHECK(r.headers.at("kstate.topic") == topic);
       CHECK(r.headers.at("kstate.reason").find("max_json_depth (128)") != std::string::npos);
       REQUIRE(deep_where.count(at) == 1);

@@ -20,7 +20,7 @@ namespace {
 struct outcome {
   std::map<std::string, json> words, sums;
   int kills = 0;
-  int64_t restored = 0;        // changelog records applied over all restarts
+  int64_t restored = 0;            // changelog records applied over all restarts
   int64_t restores_from_zero = 0;  // restores that started at changelog offset 0
   int64_t changelog_records = 0;
 };
@@ -130,10 +130,16 @@ diff compare(const std::map<std::string, json>& got, const std::map<std::string,
   diff d;
   for (const auto& [k, n] : want) {
     auto it = got.find(k);
-    if (it == got.end()) { ++d.missing; continue; }
+    if (it == got.end()) {
+      ++d.missing;
+      continue;
+    }
     auto v = it->second.get<int64_t>();
     if (v < n) ++d.lower;
-    if (v > n) { ++d.higher; d.over += v - n; }
+    if (v > n) {
+      ++d.higher;
+      d.over += v - n;
+    }
   }
   for (const auto& [k, v] : got)
     if (!want.count(k)) ++d.extra;
@@ -176,7 +182,7 @@ TEST_CASE("at_least_once under the same kills: nothing lost; double counting rep
   CHECK(s.missing == 0);
   CHECK(s.lower == 0);
   // The exact comparison used for exactly_once above sees any doubling here.
-  MESSAGE("at_least_once: " << out.kills << " kills; words over-counted by " << w.over << " in " << w.higher
-                            << " of " << sc.lines.counts.size() << " words; sums over by " << s.over << " in "
-                            << s.higher << " of " << sc.sums.size() << " accounts");
+  MESSAGE("at_least_once: " << out.kills << " kills; words over-counted by " << w.over << " in " << w.higher << " of "
+                            << sc.lines.counts.size() << " words; sums over by " << s.over << " in " << s.higher
+                            << " of " << sc.sums.size() << " accounts");
 }

@@ -81,7 +81,8 @@ TEST_CASE("exactly_once: kill -9 at least 10 times during windowed ingest; every
   auto records = to_records(events);
   // A group field for the re-keyed view: "g0".."g9".
   for (size_t i = 0; i < events.size(); ++i)
-    records[i].value = "{\"g\":\"g" + std::to_string(events[i].n % 10) + "\",\"n\":" + std::to_string(events[i].n) + "}";
+    records[i].value =
+        "{\"g\":\"g" + std::to_string(events[i].n % 10) + "\",\"n\":" + std::to_string(events[i].n) + "}";
 
   const spec per_minute{k_minute, k_minute, k_minute, 120 * k_minute};
   const spec hopping{k_minute, 20'000, 30'000, 120 * k_minute};
@@ -137,8 +138,9 @@ TEST_CASE("exactly_once: kill -9 at least 10 times during windowed ingest; every
   auto counts = wait_windows(ks.port(), "per_minute", want_counts, std::chrono::seconds(120));
   auto sums = wait_windows(ks.port(), "hopping_sum", want_sums, std::chrono::seconds(60));
   auto groups = wait_windows(ks.port(), "by_group", want_groups, std::chrono::seconds(60));
-  MESSAGE(kills << " kills; " << want_counts.size() << " count windows, " << want_sums.size() << " hopping sum windows, "
-                << want_groups.size() << " re-keyed windows; differences: " << differences(counts, want_counts) << ", "
+  MESSAGE(kills << " kills; " << want_counts.size() << " count windows, " << want_sums.size()
+                << " hopping sum windows, " << want_groups.size()
+                << " re-keyed windows; differences: " << differences(counts, want_counts) << ", "
                 << differences(sums, want_sums) << " and " << differences(groups, want_groups));
   CHECK(kills >= 10);
   CHECK(differences(counts, want_counts) == 0);

@@ -136,7 +136,8 @@ std::map<std::string, json> read_all(uint16_t port) {
   std::map<std::string, json> out;
   std::string cursor;
   for (;;) {
-    auto a = h.get("/v1/stores/s/keys?limit=" + std::to_string(max_limit) + (cursor.empty() ? "" : "&cursor=" + cursor));
+    auto a =
+        h.get("/v1/stores/s/keys?limit=" + std::to_string(max_limit) + (cursor.empty() ? "" : "&cursor=" + cursor));
     REQUIRE(a);
     REQUIRE(a->status == 200);
     auto body = a->body_json();
@@ -155,8 +156,10 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
   std::vector<produced> records;
   table_model model;
   for (int i = 0; i < 60; ++i)
-    records.push_back({"user-" + std::to_string(i), "{\"n\":" + std::to_string(i) + ",\"name\":\"User " + std::to_string(i) + "\"}"});
-  for (int i = 0; i < 60; i += 7) records.push_back({"user-" + std::to_string(i), "{\"n\":" + std::to_string(1000 + i) + "}"});
+    records.push_back(
+        {"user-" + std::to_string(i), "{\"n\":" + std::to_string(i) + ",\"name\":\"User " + std::to_string(i) + "\"}"});
+  for (int i = 0; i < 60; i += 7)
+    records.push_back({"user-" + std::to_string(i), "{\"n\":" + std::to_string(1000 + i) + "}"});
   records.push_back({"user-13", std::nullopt});
   for (const auto& r : records) apply_record(model, r);
   produce(topic, records);
@@ -164,9 +167,9 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
   const auto app = unique_name("hostile-app");
   const auto dir = temp_dir("kstate-hostile");
   kstate_process a(app, {{"s", topic}}, dir + "/a"), b(app, {{"s", topic}}, dir + "/b");
-  a.extra_args({"--set", "http.max_connections=" + std::to_string(max_connections), "--set", "http.read_timeout_ms=1000",
-                "--set", "http.max_target_bytes=1024",
-                "--set", "http.max_header_bytes=" + std::to_string(max_header_bytes), "--set",
+  a.extra_args({"--set", "http.max_connections=" + std::to_string(max_connections), "--set",
+                "http.read_timeout_ms=1000", "--set", "http.max_target_bytes=1024", "--set",
+                "http.max_header_bytes=" + std::to_string(max_header_bytes), "--set",
                 "http.max_body_bytes=" + std::to_string(max_body_bytes), "--set",
                 "query.max_limit=" + std::to_string(max_limit), "--set",
                 "query.max_batch_keys=" + std::to_string(max_batch_keys)});
@@ -187,14 +190,16 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
   const uint16_t pa = a.port(), pb = b.port();
   const std::string smuggled = "GET /v1/stores/s/keys/user-1 HTTP/1.1\r\nHost: x\r\n\r\n";
   const std::string batch = keys_body({"user-1"});
-  const std::string post_head = "POST /v1/stores/s/keys:batchGet HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  const std::string post_head =
+      "POST /v1/stores/s/keys:batchGet HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
 
   // Framing another hop could read differently: 400, Connection: close, and the
   // request smuggled after the message is never read. The first exchange is the
   // control: the same bytes with honest framing are two requests and two answers.
   {
     const auto honest = responses(
-        send_raw(pa, post_head + "Content-Length: " + std::to_string(batch.size()) + "\r\n\r\n" + batch + smuggled).data);
+        send_raw(pa, post_head + "Content-Length: " + std::to_string(batch.size()) + "\r\n\r\n" + batch + smuggled)
+            .data);
     REQUIRE(honest.size() == 2);
     CHECK(honest[0].status == 200);
     CHECK(honest[1].status == 200);
@@ -212,7 +217,8 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
     const std::vector<framing> cases = {
         {"Transfer-Encoding: identity", post_head + "Transfer-Encoding: identity\r\n\r\n" + batch + smuggled},
         {"Transfer-Encoding: chunked, gzip", post_head + "Transfer-Encoding: chunked, gzip\r\n\r\n" + smuggled},
-        {"Transfer-Encoding: gzip, chunked", post_head + "Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked_batch + smuggled},
+        {"Transfer-Encoding: gzip, chunked",
+         post_head + "Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked_batch + smuggled},
         {"two Transfer-Encoding fields",
          post_head + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked_batch + smuggled},
         {"Transfer-Encoding with Content-Length",
@@ -220,12 +226,12 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
         {"Content-Length with Transfer-Encoding",
          post_head + cl + "Transfer-Encoding: chunked\r\n\r\n" + chunked_batch + smuggled},
         {"two equal Content-Length fields", post_head + cl + cl + "\r\n" + batch + smuggled},
-        {"Content-Length as a list",
-         post_head + "Content-Length: " + std::to_string(batch.size()) + ", " + std::to_string(batch.size()) + "\r\n\r\n" +
-             batch + smuggled},
+        {"Content-Length as a list", post_head + "Content-Length: " + std::to_string(batch.size()) + ", " +
+                                         std::to_string(batch.size()) + "\r\n\r\n" + batch + smuggled},
         {"Transfer-Encoding on HTTP/1.0",
          "POST /v1/stores/s/keys:batchGet HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
-         "Transfer-Encoding: chunked\r\n\r\n" + chunked_batch + smuggled},
+         "Transfer-Encoding: chunked\r\n\r\n" +
+             chunked_batch + smuggled},
     };
     for (uint16_t port : {pa, pb}) {
       for (const auto& f : cases) {
@@ -250,8 +256,9 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
       REQUIRE(rs.size() == 1);
       return rs[0];
     };
-    check_problem(one("GET /livez HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(2 * max_header_bytes, 'a') + "\r\n\r\n"),
-                  431, 43101);
+    check_problem(
+        one("GET /livez HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(2 * max_header_bytes, 'a') + "\r\n\r\n"), 431,
+        43101);
     std::string many_fields = "GET /livez HTTP/1.1\r\nHost: x\r\n";
     for (int i = 0; i < 500; ++i) many_fields += "X-F" + std::to_string(i) + ": v\r\n";
     check_problem(one(many_fields + "\r\n"), 431, 43101);
@@ -262,12 +269,13 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
     for (char ch : batch) small_extensions += "1;e=" + std::string(40, 'x') + "\r\n" + std::string(1, ch) + "\r\n";
     for (int i = 0; i < 100; ++i) small_extensions += "0000001;e=" + std::string(40, 'x') + "\r\n \r\n";
     check_problem(one(small_extensions + "0\r\n\r\n"), 431, 43101);
-    check_problem(one(post_head + "Transfer-Encoding: chunked\r\n\r\n" + [&] {
-                    std::ostringstream s;
-                    s << std::hex << batch.size() << "\r\n" << batch << "\r\n0\r\nX-Trailer: "
-                      << std::string(2 * max_header_bytes, 't') << "\r\n\r\n";
-                    return s.str();
-                  }()),
+    check_problem(one(post_head + "Transfer-Encoding: chunked\r\n\r\n" +
+                      [&] {
+                        std::ostringstream s;
+                        s << std::hex << batch.size() << "\r\n"
+                          << batch << "\r\n0\r\nX-Trailer: " << std::string(2 * max_header_bytes, 't') << "\r\n\r\n";
+                        return s.str();
+                      }()),
                   431, 43101);
     check_problem(one(post_head + "Content-Length: " + std::to_string(max_body_bytes + 1) + "\r\n\r\n"), 413, 41301);
     std::string big_chunks = post_head + "Transfer-Encoding: chunked\r\n\r\n";
@@ -303,7 +311,8 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
   for (uint16_t port : {pa, pb}) {
     CAPTURE(port);
     http_client h(port);
-    for (std::string limit : {"0", "-1", "abc", "1e3", "%201", "101", "99999999999999999999999", "-99999999999999999999"}) {
+    for (std::string limit :
+         {"0", "-1", "abc", "1e3", "%201", "101", "99999999999999999999999", "-99999999999999999999"}) {
       CAPTURE(limit);
       // b keeps the default max_limit (1000); 101 is over a's only.
       if (port == pb && limit == "101") continue;
@@ -349,26 +358,32 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
     REQUIRE(secrets[0].value);
     const std::string secret = *secrets[0].value;
     http_client h(pa);
-    for (std::string q : {"partitions=0,0", "partitions=99", "partitions=-1", "partitions=", "after=AAAA", "after=!!"}) {
+    for (std::string q :
+         {"partitions=0,0", "partitions=99", "partitions=-1", "partitions=", "after=AAAA", "after=!!"}) {
       CAPTURE(q);
       check_problem(h.get("/v1/stores/s/keys?" + q), 400, 40007);
       // A signature without the hop mark makes no peer either.
-      check_problem(h.get("/v1/stores/s/keys?" + q, {{"X-Kstate-Peer", peer_signature(secret, "GET", "/v1/stores/s/keys?" + q, "")}}),
+      check_problem(h.get("/v1/stores/s/keys?" + q,
+                          {{"X-Kstate-Peer", peer_signature(secret, "GET", "/v1/stores/s/keys?" + q, "")}}),
                     400, 40007);
       const std::string target = "/v1/stores/s/keys?" + q;
       check_problem(h.get(target, {{"X-Kstate-Hop", "1"}}), 401, 40102);
-      check_problem(h.get(target, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", peer_signature("not the group's secret!", "GET", target, "")}}),
+      check_problem(h.get(target, {{"X-Kstate-Hop", "1"},
+                                   {"X-Kstate-Peer", peer_signature("not the group's secret!", "GET", target, "")}}),
                     401, 40102);
-      check_problem(h.get(target, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", peer_signature(secret, "GET", "/v1/stores/s/keys", "")}}),
+      check_problem(h.get(target, {{"X-Kstate-Hop", "1"},
+                                   {"X-Kstate-Peer", peer_signature(secret, "GET", "/v1/stores/s/keys", "")}}),
                     401, 40102);
-      const auto an_hour_ago = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count() -
-                               3'600'000;
-      check_problem(h.get(target, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", peer_signature(secret, "GET", target, "", an_hour_ago)}}),
+      const auto an_hour_ago =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count() -
+          3'600'000;
+      check_problem(h.get(target, {{"X-Kstate-Hop", "1"},
+                                   {"X-Kstate-Peer", peer_signature(secret, "GET", target, "", an_hour_ago)}}),
                     401, 40102);
-      for (std::string forged : std::vector<std::string>{"", "v1", "v1;t=;s=", "v1;t=99999999999999999999;s=00", "v2;t=1;s=00",
-                                 "v1;t=-9223372036854775808;s=" + std::string(64, '0')}) {
+      for (std::string forged :
+           std::vector<std::string>{"", "v1", "v1;t=;s=", "v1;t=99999999999999999999;s=00", "v2;t=1;s=00",
+                                    "v1;t=-9223372036854775808;s=" + std::string(64, '0')}) {
         CAPTURE(forged);
         check_problem(h.get(target, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", forged}}), 401, 40102);
       }
@@ -377,12 +392,14 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
     for (std::string q : {"partitions=0,0", "partitions=3", "partitions=-1", "partitions=0,,1"}) {
       CAPTURE(q);
       const std::string target = "/v1/stores/s/keys?" + q;
-      check_problem(h.get(target, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", peer_signature(secret, "GET", target, "")}}),
-                    400, 40001);
+      check_problem(
+          h.get(target, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", peer_signature(secret, "GET", target, "")}}), 400,
+          40001);
     }
     const std::string bad_after = "/v1/stores/s/keys?partitions=0&after=!!";
-    check_problem(h.get(bad_after, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", peer_signature(secret, "GET", bad_after, "")}}),
-                  400, 40004);
+    check_problem(
+        h.get(bad_after, {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", peer_signature(secret, "GET", bad_after, "")}}), 400,
+        40004);
   }
 
   // Methods: an unknown one is 405 on a route (with Allow), 404 elsewhere; the
@@ -481,8 +498,8 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
         ++busy;
       }
     }
-    MESSAGE("flood of " << fds.size() << " connections: " << served << " served, " << busy << " answered 503, " << closed
-                        << " closed");
+    MESSAGE("flood of " << fds.size() << " connections: " << served << " served, " << busy << " answered 503, "
+                        << closed << " closed");
     const auto refused = refused_total() - refused_before;
     MESSAGE("refusals counted: " << refused);
     CHECK(busy > 0);
@@ -494,8 +511,8 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
   // Slow clients are cut off at read_timeout (1 s on a): one that sends its header a
   // byte at a time, one that does so with its body. Neither is ever answered, and
   // neither gets anywhere near the end of its bytes.
-  for (const std::string& head : {std::string("GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: "),
-                                  post_head + "Content-Length: 4000\r\n\r\n"}) {
+  for (const std::string& head :
+       {std::string("GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: "), post_head + "Content-Length: 4000\r\n\r\n"}) {
     int fd = connect_to(pa);
     REQUIRE(fd >= 0);
     REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size()));

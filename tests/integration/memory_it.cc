@@ -66,8 +66,8 @@ TEST_CASE("5,000,000 keys with a 64 MiB budget: peak RSS stays under budget + do
   }
   auto [hwm, rss] = rss_mib(ks.pid());
   peak = std::max(peak, hwm);
-  MESSAGE("5,000,000 keys loaded; peak RSS " << peak << " MiB, now " << rss << " MiB; bound " << budget_mib
-                                              << " + " << overhead_mib << " MiB; count answer " << c->body);
+  MESSAGE("5,000,000 keys loaded; peak RSS " << peak << " MiB, now " << rss << " MiB; bound " << budget_mib << " + "
+                                             << overhead_mib << " MiB; count answer " << c->body);
   CHECK(peak < budget_mib + overhead_mib);
   CHECK(ks.terminate() == 0);
 }

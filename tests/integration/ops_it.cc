@@ -160,7 +160,8 @@ TEST_CASE("SIGTERM under load: no request is cut off, exit 0, and the restart re
   auto topic = unique_name("term");
   create_topic(topic, 3);
   std::vector<produced> recs;
-  for (int i = 0; i < 20000; ++i) recs.push_back({"k" + std::to_string(i % 1000), R"({"i":)" + std::to_string(i) + "}"});
+  for (int i = 0; i < 20000; ++i)
+    recs.push_back({"k" + std::to_string(i % 1000), R"({"i":)" + std::to_string(i) + "}"});
   produce(topic, recs);
   auto dir = temp_dir("term");
   // A drain delay lets keep-alive clients move away while /readyz says 503.
@@ -191,8 +192,8 @@ TEST_CASE("SIGTERM under load: no request is cut off, exit 0, and the restart re
             continue;
           }
         }
-        std::string req = "GET /v1/stores/s/keys/k" + std::to_string((t * 131 + i++) % 1000) +
-                          " HTTP/1.1\r\nHost: x\r\n\r\n";
+        std::string req =
+            "GET /v1/stores/s/keys/k" + std::to_string((t * 131 + i++) % 1000) + " HTTP/1.1\r\nHost: x\r\n\r\n";
         if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
           ++cut;
           ::close(fd);
@@ -243,8 +244,8 @@ TEST_CASE("SIGTERM under load: no request is cut off, exit 0, and the restart re
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   stop = true;
   for (auto& c : clients) c.join();
-  MESSAGE(before << " answers before SIGTERM, " << ok.load() << " in all; " << drained.load()
-                 << " told to reconnect; " << refused.load() << " refused connects; " << cut.load() << " cut off");
+  MESSAGE(before << " answers before SIGTERM, " << ok.load() << " in all; " << drained.load() << " told to reconnect; "
+                 << refused.load() << " refused connects; " << cut.load() << " cut off");
   CHECK(rc == 0);
   CHECK(before > 100);
   CHECK(cut == 0);

@@ -21,14 +21,20 @@ std::string b64url(std::string_view bytes) {
   size_t i = 0;
   for (; i + 2 < bytes.size(); i += 3) {
     uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    out += a[v >> 18]; out += a[(v >> 12) & 63]; out += a[(v >> 6) & 63]; out += a[v & 63];
+    out += a[v >> 18];
+    out += a[(v >> 12) & 63];
+    out += a[(v >> 6) & 63];
+    out += a[v & 63];
   }
   if (bytes.size() - i == 1) {
     uint32_t v = uint8_t(bytes[i]) << 16;
-    out += a[v >> 18]; out += a[(v >> 12) & 63];
+    out += a[v >> 18];
+    out += a[(v >> 12) & 63];
   } else if (bytes.size() - i == 2) {
     uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8);
-    out += a[v >> 18]; out += a[(v >> 12) & 63]; out += a[(v >> 6) & 63];
+    out += a[v >> 18];
+    out += a[(v >> 12) & 63];
+    out += a[(v >> 6) & 63];
   }
   return out;
 }
@@ -116,8 +122,8 @@ TEST_CASE("query API against models: ranges, prefixes, pages, scans, counts, bat
 
   // UTF-8 keys built from pieces that need percent-encoding, multi-byte and 4-byte
   // characters, and the empty string.
-  const std::vector<std::string> pieces{"a", "b", "/", "%", "?", "#", " ", "+", "&", "\xc3\xa9", "\xd0\xba\xd0\xbb",
-                                        "\xf0\x9f\x98\x80", "z", "~"};
+  const std::vector<std::string> pieces{
+      "a", "b", "/", "%", "?", "#", " ", "+", "&", "\xc3\xa9", "\xd0\xba\xd0\xbb", "\xf0\x9f\x98\x80", "z", "~"};
   std::uniform_int_distribution<int> plen(0, 5), pick(0, static_cast<int>(pieces.size()) - 1);
   std::vector<produced> str_recs;
   for (int i = 0; i < 2000; ++i) {
@@ -181,7 +187,8 @@ TEST_CASE("query API against models: ranges, prefixes, pages, scans, counts, bat
         std::vector<std::string> want;
         if (limit == 7) want = all;
         else
-          for (const auto& k : expected_range(s->model, {}, {}, std::string(1, 'a'), false)) want.push_back(s->encode(k));
+          for (const auto& k : expected_range(s->model, {}, {}, std::string(1, 'a'), false))
+            want.push_back(s->encode(k));
         CHECK(got == want);
         CHECK(std::set<std::string>(got.begin(), got.end()).size() == got.size());
       }
@@ -234,7 +241,7 @@ TEST_CASE("query API against models: ranges, prefixes, pages, scans, counts, bat
         req["keys"].push_back(s->encode(k));
         want_found.insert(s->encode(k));
       }
-      for (const auto& extra : {std::string("\x7f\x7f\x7f never", 10), std::string("missing-key")}) {
+      for (const auto& extra : {std::string("\x7f\x7f\x7f never") + '\0', std::string("missing-key")}) {
         if (s->model.count(extra)) continue;
         req["keys"].push_back(s->encode(extra));
         want_missing.insert(s->encode(extra));
@@ -264,7 +271,8 @@ TEST_CASE("query API against models: ranges, prefixes, pages, scans, counts, bat
     }
     // The header form, and a position that is never reached within the timeout.
     auto [p, o] = producer.send({std::string("rw-key"), R"({"write":"last"})"});
-    auto h = c.get("/v1/stores/str/keys/rw-key", {{"X-Kstate-Min-Position", std::to_string(p) + ":" + std::to_string(o)}});
+    auto h =
+        c.get("/v1/stores/str/keys/rw-key", {{"X-Kstate-Min-Position", std::to_string(p) + ":" + std::to_string(o)}});
     REQUIRE(h);
     CHECK(h->body_json()["value"]["write"] == "last");
     auto late = c.get("/v1/stores/str/keys/rw-key?timeout_ms=200&min_position=" + std::to_string(p) + ":" +
@@ -276,11 +284,15 @@ TEST_CASE("query API against models: ranges, prefixes, pages, scans, counts, bat
   }
 
   SUBCASE("bad requests get a 4xx problem+json, and the server keeps serving") {
-    struct row { std::string target; int status; int error_code; };
+    struct row {
+      std::string target;
+      int status;
+      int error_code;
+    };
     const row rows[] = {
         {"/v1/stores/str/keys/%zz", 400, 40003},
-        {"/v1/stores/str/keys/%C0%AF", 400, 40002},            // overlong UTF-8 with key_format=string
-        {"/v1/stores/bin/keys/***", 400, 40002},                // not base64url
+        {"/v1/stores/str/keys/%C0%AF", 400, 40002},  // overlong UTF-8 with key_format=string
+        {"/v1/stores/bin/keys/***", 400, 40002},     // not base64url
         {"/v1/stores/bin/keys/abc?key_format=long", 400, 40002},
         {"/v1/stores/str/keys?limit=0", 400, 40005},
         {"/v1/stores/str/keys?limit=1000000000", 400, 40005},

@@ -140,10 +140,10 @@ TEST_CASE("3 instances, kill -9 one, add a fourth, under read load: answers are 
 
   stop = true;
   for (auto& r : readers) r.join();
-  MESSAGE("readers: " << log.correct.load() << " correct, " << log.unavailable.load() << " 503 ("
-                      << after_kill_503 << " by the time the survivors answered everything), " << log.wrong.load()
-                      << " wrong, " << log.failed.load() << " transport failures; every key correct again "
-                      << recovery_s << " s after the kill");
+  MESSAGE("readers: " << log.correct.load() << " correct, " << log.unavailable.load() << " 503 (" << after_kill_503
+                      << " by the time the survivors answered everything), " << log.wrong.load() << " wrong, "
+                      << log.failed.load() << " transport failures; every key correct again " << recovery_s
+                      << " s after the kill");
   for (const auto& w : log.wrong_samples) MESSAGE("wrong: " << w);
   CHECK(log.wrong == 0);
   CHECK(log.failed == 0);

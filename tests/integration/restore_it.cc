@@ -55,7 +55,9 @@ bool wait_for(const std::function<bool()>& cond, std::chrono::seconds timeout) {
 
 }  // namespace
 
-TEST_CASE("2 instances, one killed for good: the survivor restores from the changelog, reads no input again, answers every word") {
+TEST_CASE(
+    "2 instances, one killed for good: the survivor restores from the changelog, reads no input again, answers every "
+    "word") {
   auto c = make_corpus(30'000, 800, 23);
   auto lines = unique_name("restore-lines");
   create_topic(lines, 6);
@@ -92,9 +94,12 @@ TEST_CASE("2 instances, one killed for good: the survivor restores from the chan
   double restored_before = a.metric_sum("kstate_restore_records_total");
 
   b.kill9();
-  REQUIRE_MESSAGE(wait_for([&] { return cluster_settled(a.port(), 1) && assigned(a.port(), repartition).size() == 6 &&
-                                        assigned(a.port(), lines).size() == 6; },
-                           std::chrono::seconds(90)),
+  REQUIRE_MESSAGE(wait_for(
+                      [&] {
+                        return cluster_settled(a.port(), 1) && assigned(a.port(), repartition).size() == 6 &&
+                               assigned(a.port(), lines).size() == 6;
+                      },
+                      std::chrono::seconds(90)),
                   "survivor did not take every partition; see " << a.log_path());
   a.wait_ready();
 
@@ -116,7 +121,8 @@ TEST_CASE("2 instances, one killed for good: the survivor restores from the chan
 
   // The input of the partitions taken over was not read again: nothing consumed from
   // them on the survivor (b had committed everything before it died).
-  for (int p : b_source) CHECK_MESSAGE(partition_metric(a.port(), "kstate_ingest_records_consumed_total", lines, p) == 0, p);
+  for (int p : b_source)
+    CHECK_MESSAGE(partition_metric(a.port(), "kstate_ingest_records_consumed_total", lines, p) == 0, p);
   for (int p : b_store)
     CHECK_MESSAGE(partition_metric(a.port(), "kstate_ingest_records_consumed_total", repartition, p) == 0, p);
 

@@ -20,9 +20,16 @@ std::string sasl_bootstrap() {
 }
 
 std::vector<std::string> sasl_args(const std::string& mechanism, const std::string& password) {
-  return {"--bootstrap-servers", sasl_bootstrap(),       "-X", "security.protocol=SASL_PLAINTEXT",
-          "-X",                  "sasl.mechanisms=" + mechanism, "-X", "sasl.username=kstate",
-          "-X",                  "sasl.password=" + password};
+  return {"--bootstrap-servers",
+          sasl_bootstrap(),
+          "-X",
+          "security.protocol=SASL_PLAINTEXT",
+          "-X",
+          "sasl.mechanisms=" + mechanism,
+          "-X",
+          "sasl.username=kstate",
+          "-X",
+          "sasl.password=" + password};
 }
 
 std::string read_file(const std::string& path) {

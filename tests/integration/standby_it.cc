@@ -12,7 +12,6 @@
 
 using namespace kstate::testing;
 
-
 TEST_CASE("standby copies answer allow_stale reads while the owner is down, and make fail-over read nothing again") {
   const int keys = 20'000;
   auto topic = unique_name("standby");
@@ -61,7 +60,8 @@ TEST_CASE("standby copies answer allow_stale reads while the owner is down, and 
   // New values for B's keys, written while B owns them: on A only the standby copy can
   // have them (A may hold older data of these partitions from before B joined).
   std::vector<produced> updates;
-  for (int k : owned_by_b) updates.push_back({"key-" + std::to_string(k), R"({"i":)" + std::to_string(k) + R"(,"v":2})"});
+  for (int k : owned_by_b)
+    updates.push_back({"key-" + std::to_string(k), R"({"i":)" + std::to_string(k) + R"(,"v":2})"});
   produce(topic, updates);
   // Let the standby copy catch up (it consumes on its own).
   std::this_thread::sleep_for(std::chrono::seconds(3));
@@ -107,9 +107,9 @@ TEST_CASE("standby copies answer allow_stale reads while the owner is down, and 
     CHECK_FALSE(r->body_json().contains("stale"));
   }
   double consumed_after = a.metric_sum("kstate_ingest_records_consumed_total");
-  MESSAGE("group consumer records before the fail-over " << consumed_before << ", after " << consumed_after
-                                                          << " (the " << updates.size()
-                                                          << " updates came through the standby copy)");
+  MESSAGE("group consumer records before the fail-over " << consumed_before << ", after " << consumed_after << " (the "
+                                                         << updates.size()
+                                                         << " updates came through the standby copy)");
   CHECK(consumed_after == consumed_before);
   CHECK(a.terminate() == 0);
 }

@@ -63,9 +63,7 @@ std::string bootstrap() {
   return out;
 }
 
-std::string unique_name(const std::string& base) {
-  return base + "-" + std::to_string(rng()() % 1'000'000'000);
-}
+std::string unique_name(const std::string& base) { return base + "-" + std::to_string(rng()() % 1'000'000'000); }
 
 std::string temp_dir(const std::string& base) {
   auto p = std::filesystem::temp_directory_path() / unique_name("kstate-it-" + base);
@@ -294,7 +292,10 @@ std::optional<http_answer> http_client::raw(const std::string& req) {
     bool failed = false;
     while ((header_end = buf.find("\r\n\r\n")) == std::string::npos) {
       auto n = ::recv(fd_, chunk, sizeof chunk, 0);
-      if (n <= 0) { failed = true; break; }
+      if (n <= 0) {
+        failed = true;
+        break;
+      }
       buf.append(chunk, static_cast<size_t>(n));
     }
     if (failed) {
@@ -315,10 +316,16 @@ std::optional<http_answer> http_client::raw(const std::string& req) {
       for (;;) {
         size_t eol;
         while ((eol = rest.find("\r\n")) == std::string::npos)
-          if (!more()) { close(); return std::nullopt; }
+          if (!more()) {
+            close();
+            return std::nullopt;
+          }
         size_t size = std::stoul(rest.substr(0, eol), nullptr, 16);
         while (rest.size() < eol + 2 + size + 2)
-          if (!more()) { close(); return std::nullopt; }
+          if (!more()) {
+            close();
+            return std::nullopt;
+          }
         a.body += rest.substr(eol + 2, size);
         rest.erase(0, eol + 2 + size + 2);
         if (size == 0) break;
@@ -326,7 +333,10 @@ std::optional<http_answer> http_client::raw(const std::string& req) {
     } else {
       size_t length = a.headers.count("content-length") ? std::stoul(a.headers["content-length"]) : 0;
       while (rest.size() < length)
-        if (!more()) { close(); return std::nullopt; }
+        if (!more()) {
+          close();
+          return std::nullopt;
+        }
       a.body = rest.substr(0, length);
     }
     if (a.headers["connection"] == "close") close();
@@ -502,7 +512,8 @@ bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::stri
     auto view = cluster->body_json();
     held_set mine;
     const auto readiness = ready->body_json();  // named: a temporary would die before the loop's body
-    for (const auto& p : readiness["partitions"]) mine.emplace(p["topic"].get<std::string>(), p["partition"].get<int>());
+    for (const auto& p : readiness["partitions"])
+      mine.emplace(p["topic"].get<std::string>(), p["partition"].get<int>());
     total += mine.size();
     held[view["served_by"].get<std::string>()] = std::move(mine);
     views.push_back(std::move(view));
@@ -519,7 +530,8 @@ bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::stri
       for (const auto& p : inst["partitions"]) parts.emplace(p["topic"].get<std::string>(), p["partition"].get<int>());
       seen[inst["endpoint"].get<std::string>()] = std::move(parts);
     }
-    if (seen != held) return no(view["served_by"].get<std::string>() + " sees other holders: " + view.dump().substr(0, 600));
+    if (seen != held)
+      return no(view["served_by"].get<std::string>() + " sees other holders: " + view.dump().substr(0, 600));
   }
   return true;
 }
@@ -543,11 +555,13 @@ std::string peer_signature(const std::string& secret, const std::string& method,
   };
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(body.data()), body.size(), digest);
-  const auto now = at_ms != 0 ? at_ms
-                              : std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count();
-  const std::string msg = "v1\n" + std::to_string(now) + "\n" + method + "\n" + target + "\n" + hex(digest, sizeof digest);
+  const auto now =
+      at_ms != 0
+          ? at_ms
+          : std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count();
+  const std::string msg =
+      "v1\n" + std::to_string(now) + "\n" + method + "\n" + target + "\n" + hex(digest, sizeof digest);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(msg.data()),

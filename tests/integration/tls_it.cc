@@ -50,8 +50,8 @@ struct curl_answer {
 curl_answer curl(const std::string& opts, const std::string& url) {
   static int seq = 0;
   auto body_file = temp_dir("curl") + "/body" + std::to_string(++seq);
-  auto r = run("curl -sS --max-time 20 -o '" + body_file + "' -w '%{http_code} %header{x-kstate-forwarded-to}' " + opts +
-               " '" + url + "' 2>&1");
+  auto r = run("curl -sS --max-time 20 -o '" + body_file + "' -w '%{http_code} %header{x-kstate-forwarded-to}' " +
+               opts + " '" + url + "' 2>&1");
   curl_answer a;
   a.rc = r.rc;
   if (r.rc != 0) {
@@ -198,11 +198,13 @@ TEST_CASE("mutual TLS with tokens: no client certificate is refused; instances f
   wait_ready_tls(b, client);
 
   // Without a client certificate the handshake fails, token or not.
-  auto no_cert = curl("--cacert '" + certs + "/ca.crt' -H 'Authorization: Bearer " + token + "'", url(a, "/v1/stores/s/count"));
+  auto no_cert =
+      curl("--cacert '" + certs + "/ca.crt' -H 'Authorization: Bearer " + token + "'", url(a, "/v1/stores/s/count"));
   CHECK(no_cert.rc != 0);
   // With it, but without a token: TLS is not authorization.
-  auto no_token = curl("--cacert '" + certs + "/ca.crt' --cert '" + certs + "/client.crt' --key '" + certs + "/client.key'",
-                       url(a, "/v1/stores/s/count"));
+  auto no_token =
+      curl("--cacert '" + certs + "/ca.crt' --cert '" + certs + "/client.crt' --key '" + certs + "/client.key'",
+           url(a, "/v1/stores/s/count"));
   REQUIRE_MESSAGE(no_token.rc == 0, no_token.error);
   CHECK(no_token.status == 401);
 

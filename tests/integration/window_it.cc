@@ -39,12 +39,13 @@ TEST_CASE("windowed counts and sums equal a recount; late records are counted; e
   REQUIRE(count_model.late > 100);
   REQUIRE(sum_model.late > 100);
 
-  kstate_process ks(unique_name("win"),
-                    {{"per_minute", topic, "json", "", "string",
-                      "kind: count, window: {type: tumbling, size: 1m, grace: 1m, retention: 5m}"},
-                     {"hopping_sum", topic, "json", "", "string",
-                      "kind: sum, value: n, window: {type: hopping, size: 1m, advance: 20s, grace: 30s, retention: 1h}"}},
-                    temp_dir("kstate-win"));
+  kstate_process ks(
+      unique_name("win"),
+      {{"per_minute", topic, "json", "", "string",
+        "kind: count, window: {type: tumbling, size: 1m, grace: 1m, retention: 5m}"},
+       {"hopping_sum", topic, "json", "", "string",
+        "kind: sum, value: n, window: {type: hopping, size: 1m, advance: 20s, grace: 30s, retention: 1h}"}},
+      temp_dir("kstate-win"));
   ks.start();
   ks.wait_ready();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -55,8 +56,7 @@ TEST_CASE("windowed counts and sums equal a recount; late records are counted; e
   REQUIRE(ks.position_sum("per_minute") == static_cast<int64_t>(events.size()));
   REQUIRE(ks.position_sum("hopping_sum") == static_cast<int64_t>(events.size()));
 
-  CHECK(ks.metric_sum("kstate_ingest_late_records_total") ==
-        static_cast<double>(count_model.late + sum_model.late));
+  CHECK(ks.metric_sum("kstate_ingest_late_records_total") == static_cast<double>(count_model.late + sum_model.late));
 
   http_client http(ks.port());
   auto check_store = [&](const std::string& store, const window_model& model, const spec& s) {
@@ -66,7 +66,10 @@ TEST_CASE("windowed counts and sums equal a recount; late records are counted; e
       // Which partition holds the key: the one its events went to.
       int32_t p = -1;
       for (const auto& e : events)
-        if (e.key == kw.first) { p = e.partition; break; }
+        if (e.key == kw.first) {
+          p = e.partition;
+          break;
+        }
       if (kw.second + s.size + s.retention <= model.stream_time.at(p)) {
         ++expired;
         continue;
@@ -112,8 +115,8 @@ TEST_CASE("windowed counts and sums equal a recount; late records are counted; e
     CHECK(!starts.empty());
   }
   // Bad intervals and non-windowed use are 400 problems.
-  for (const char* target : {"/v1/stores/per_minute/windows/user-1?from=yesterday",
-                             "/v1/stores/per_minute/windows/user-1?from=10&to=5"}) {
+  for (const char* target :
+       {"/v1/stores/per_minute/windows/user-1?from=yesterday", "/v1/stores/per_minute/windows/user-1?from=10&to=5"}) {
     auto a = http.get(target);
     REQUIRE(a);
     CAPTURE(target);
@@ -186,7 +189,8 @@ TEST_CASE("windowed reduce and aggregate over event times from a JSON field equa
     http_client http(ks.port());
     std::string cursor;
     for (;;) {
-      auto a = http.get("/v1/stores/" + store + "/windows?from=0&limit=1000" + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
+      auto a = http.get("/v1/stores/" + store + "/windows?from=0&limit=1000" +
+                        (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
       REQUIRE(a);
       REQUIRE(a->status == 200);
       auto body = a->body_json();
@@ -205,7 +209,8 @@ TEST_CASE("windowed reduce and aggregate over event times from a JSON field equa
 TEST_CASE("one record dated year 9999 among normal ones: dead-lettered, stream time unmoved, every window recounted") {
   const std::string topic = unique_name("future"), dlq = unique_name("future-dlq");
   // The broker must take the timestamp too (Kafka 4 bounds future timestamps by default).
-  kafka("topics --create --topic " + topic + " --partitions 3 --config message.timestamp.after.max.ms=9223372036854775807 >/dev/null");
+  kafka("topics --create --topic " + topic +
+        " --partitions 3 --config message.timestamp.after.max.ms=9223372036854775807 >/dev/null");
   create_topic(dlq, 1);
 
   // Event time both as the record timestamp and in the field "t"; the record from the

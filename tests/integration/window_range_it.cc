@@ -29,9 +29,6 @@ struct window_row {
   int32_t partition;
   bool operator==(const window_row&) const = default;
 };
-std::ostream& operator<<(std::ostream& os, const window_row& w) {
-  return os << w.key << "@" << w.start << "=" << w.value << " p" << w.partition;
-}
 
 // The recount's windows still answered at the end (not expired at their partition's
 // final stream time), ordered as kstate documents it: group key bytes, then start.
@@ -153,8 +150,7 @@ TEST_CASE("windows of every key through either of two instances equal the recoun
   size_t all_count_windows = 0;
   {
     std::set<std::pair<std::string, int64_t>> all;
-    for (const auto& e : events)
-      all.insert({e.key, (e.ts / k_minute) * k_minute});
+    for (const auto& e : events) all.insert({e.key, (e.ts / k_minute) * k_minute});
     all_count_windows = all.size();
   }
   REQUIRE(count_model.size() < all_count_windows);
@@ -205,22 +201,22 @@ TEST_CASE("windows of every key through either of two instances equal the recoun
       for (const auto& w : sum_model)
         if (w.start < to && w.end > from && w.key >= "user-5") want.push_back(w);
       REQUIRE(want.size() > 20);
-      got = walk(http,
-                 "/v1/stores/hopping_sum/windows?from=2026-12-02T10:03:30Z&to=" + std::to_string(to) +
-                     "&key_from=user-5",
-                 6, pages);
+      got =
+          walk(http,
+               "/v1/stores/hopping_sum/windows?from=2026-12-02T10:03:30Z&to=" + std::to_string(to) + "&key_from=user-5",
+               6, pages);
       CHECK(got == want);
     }
 
     // Mistakes get 4xx problems.
-    for (const char* target : {"/v1/stores/plain/windows",                         // not windowed
-                               "/v1/stores/per_minute/keys",                       // windowed: use /windows
-                               "/v1/stores/per_minute/keys/user-1",                // windowed: use /windows/{key}
-                               "/v1/stores/per_minute/windows?from=10&to=5",       // empty interval
-                               "/v1/stores/per_minute/windows?from=yesterday",     // bad time
-                               "/v1/stores/per_minute/windows?limit=0",            // bad limit
-                               "/v1/stores/per_minute/windows?cursor=AAAA",        // damaged cursor
-                               "/v1/stores/per_minute/windows?partitions=0",       // set by kstate only
+    for (const char* target : {"/v1/stores/plain/windows",                      // not windowed
+                               "/v1/stores/per_minute/keys",                    // windowed: use /windows
+                               "/v1/stores/per_minute/keys/user-1",             // windowed: use /windows/{key}
+                               "/v1/stores/per_minute/windows?from=10&to=5",    // empty interval
+                               "/v1/stores/per_minute/windows?from=yesterday",  // bad time
+                               "/v1/stores/per_minute/windows?limit=0",         // bad limit
+                               "/v1/stores/per_minute/windows?cursor=AAAA",     // damaged cursor
+                               "/v1/stores/per_minute/windows?partitions=0",    // set by kstate only
                                "/v1/stores/per_minute/windows?key_from=x&key_format=long"}) {
       auto r = http.get(target);
       REQUIRE(r);

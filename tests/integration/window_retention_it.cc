@@ -17,7 +17,7 @@ namespace {
 
 constexpr int64_t k_base = 1'796'205'600'000;  // 2026-12-02T10:00:00Z
 constexpr int k_keys = 3'000;
-constexpr int k_windows = 100;   // one-second windows 0..99 after k_base
+constexpr int k_windows = 100;  // one-second windows 0..99 after k_base
 constexpr int64_t k_size = 1'000;
 constexpr int64_t k_retention = 30'000;
 
@@ -66,8 +66,7 @@ TEST_CASE("windows past retention are not answered and leave the disk") {
   std::vector<produced> records;
   records.reserve(k_keys * k_windows);
   for (int w = 0; w < k_windows; ++w)
-    for (int k = 0; k < k_keys; ++k)
-      records.push_back({key_name(k), "{}", k_base + w * k_size + k % 1000});
+    for (int k = 0; k < k_keys; ++k) records.push_back({key_name(k), "{}", k_base + w * k_size + k % 1000});
   auto where = produce_bytes(topic, records);
 
   // Model: stream time per partition, then which windows are live at the end.
@@ -145,7 +144,10 @@ TEST_CASE("windows past retention are not answered and leave the disk") {
   REQUIRE(d);
   REQUIRE(d->status == 200);
   auto store = d->body_json();
-  CHECK(store["window"] == json{{"type", "tumbling"}, {"size_ms", k_size}, {"advance_ms", k_size}, {"grace_ms", 0},
+  CHECK(store["window"] == json{{"type", "tumbling"},
+                                {"size_ms", k_size},
+                                {"advance_ms", k_size},
+                                {"grace_ms", 0},
                                 {"retention_ms", k_retention}});
   CHECK(store["expired_windows"].get<double>() == ks.metric_sum("kstate_store_expired_windows_total"));
   CHECK(ks.terminate() == 0);

@@ -27,7 +27,8 @@ TEST_CASE("key formats decode to the bytes producers write") {
   CHECK(decode_key(key_format::long_be, "1", 128).value() == std::string("\0\0\0\0\0\0\0\x01", 8));
   CHECK(decode_key(key_format::long_be, "-1", 128).value() == std::string(8, '\xff'));
   CHECK(decode_key(key_format::long_be, "258", 128).value() == std::string("\0\0\0\0\0\0\x01\x02", 8));
-  for (const char* bad : {"", "1.5", "x", "99999999999999999999", " 1"}) CHECK_FALSE(decode_key(key_format::long_be, bad, 128).ok());
+  for (const char* bad : {"", "1.5", "x", "99999999999999999999", " 1"})
+    CHECK_FALSE(decode_key(key_format::long_be, bad, 128).ok());
   // JSON: compact, member order kept.
   CHECK(decode_key(key_format::json, R"({ "b": 1, "a": [1, 2] })", 128).value() == R"({"b":1,"a":[1,2]})");
   CHECK_FALSE(decode_key(key_format::json, "{", 128).ok());
@@ -52,7 +53,8 @@ TEST_CASE("json keys deeper than max_json_depth are invalid_argument, exactly pa
 
 TEST_CASE("base64url: RFC 4648 test vectors, with and without padding; one spelling per key") {
   const std::pair<const char*, const char*> vectors[] = {
-      {"", ""}, {"f", "Zg"}, {"fo", "Zm8"}, {"foo", "Zm9v"}, {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}};
+      {"", ""},           {"f", "Zg"},          {"fo", "Zm8"},         {"foo", "Zm9v"},
+      {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}};
   for (auto [plain, enc] : vectors) {
     CHECK(base64url_encode(plain) == enc);
     CHECK(base64url_decode(enc).value() == plain);
@@ -87,14 +89,17 @@ namespace {
 // A store with keys spread over partitions as a partitioner would, all partitions
 // assigned and ready, and a sorted model of it.
 struct fixture {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kstate-query-" + std::to_string(std::random_device{}()));
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kstate-query-" + std::to_string(std::random_device{}()));
   std::vector<view_def> views{view_def{.name = "s", .topic = "t", .key_format = data_format::bytes}};
   std::unique_ptr<storage::db> db;
   ownership_registry owner;
   std::map<std::string, std::string> model;
   std::unique_ptr<engine> q;
   static constexpr int partitions = 5;
-  static int32_t part(std::string_view k, int32_t n) { return static_cast<int32_t>(std::hash<std::string_view>{}(k) % n); }
+  static int32_t part(std::string_view k, int32_t n) {
+    return static_cast<int32_t>(std::hash<std::string_view>{}(k) % n);
+  }
 
   fixture() {
     db = std::move(storage::db::open({.path = dir.string()}, {"s"}).value());
@@ -178,7 +183,7 @@ TEST_CASE("count, batch get and positions") {
   CHECK(b.answer().entries[0].value == f.model.begin()->second);
   CHECK_FALSE(b.answer().entries[1].value);
 
-  CHECK(f.q->reached("s", {{2, 101}}).answer() == true);   // position 102: offset 101 applied
+  CHECK(f.q->reached("s", {{2, 101}}).answer() == true);  // position 102: offset 101 applied
   CHECK(f.q->reached("s", {{2, 102}}).answer() == false);
   CHECK(f.q->range({.store = "nope"}, 1).failure() == failure_reason::unknown_query_store);
 }
@@ -281,7 +286,9 @@ TEST_CASE("windows of a key range: key bytes then start across partitions, overl
       for (auto& [kw, val] : stored)
         if (kw.first == k && !(stream_time.count(p) && kw.second + 10 + 40 <= stream_time[p]))
           want_starts.push_back(kw.second);
-      auto one = q.windows({.store = "w", .key = k, .from = std::numeric_limits<int64_t>::min() + 1,
+      auto one = q.windows({.store = "w",
+                            .key = k,
+                            .from = std::numeric_limits<int64_t>::min() + 1,
                             .to = std::numeric_limits<int64_t>::max()});
       REQUIRE(one.ok());
       for (auto& win : one.answer().windows) got_starts.push_back(win.start);

@@ -97,8 +97,8 @@ struct node {
     for (int32_t p : held) a.push_back({topic, p, 0, true, 0});
     ownership.assign(a);
     ownership.mark_joined();
-    queries = std::make_unique<query::engine>(views, *db, ownership,
-                                              std::map<std::string, partitioner_fn>{{"s", *ingest::make_partitioner("murmur2")}});
+    queries = std::make_unique<query::engine>(
+        views, *db, ownership, std::map<std::string, partitioner_fn>{{"s", *ingest::make_partitioner("murmur2")}});
     waiter = std::make_unique<query::freshness_waiter>(*queries, notifier, waits);
     ctx.queries = queries.get();
     ctx.waiter = waiter.get();
@@ -119,9 +119,8 @@ struct node {
   void serve(const std::string& group_secret) {
     http::server_config cfg;
     cfg.port = 0;
-    http_server = std::make_unique<http::server>(cfg, [this](const http::request& r, http::responder reply) {
-      handler(r, std::move(reply));
-    });
+    http_server = std::make_unique<http::server>(
+        cfg, [this](const http::request& r, http::responder reply) { handler(r, std::move(reply)); });
     REQUIRE(http_server->start().ok());
     ctx.instance = "http://127.0.0.1:" + std::to_string(http_server->port());
     peers = std::make_unique<http::client>(http::client_config{});
@@ -282,8 +281,8 @@ TEST_CASE("pages end before query.max_response_bytes, and paging still returns e
   // A batch whose answer would be larger is refused, not cut.
   json keys = json::array();
   for (int i = 0; i < 200; ++i) keys.push_back(key_text(i));
-  auto b = n.call("POST", "/v1/stores/s/keys:batchGet", json{{"keys", keys}}.dump(),
-                  {{"Content-Type", "application/json"}});
+  auto b =
+      n.call("POST", "/v1/stores/s/keys:batchGet", json{{"keys", keys}}.dump(), {{"Content-Type", "application/json"}});
   CHECK(b.status == 400);
   CHECK(b.body_json()["error_code"] == 40009);
 }
@@ -331,8 +330,8 @@ TEST_CASE("min_position: a key's partition is that of the decoded key, not of it
   CHECK(later.status == 503);
   CHECK(later.body_json()["error_code"] == 50304);
   // A write that reaches it answers a waiting request.
-  auto waiting = std::async(std::launch::async,
-                            [&] { return n.get(target + "&min_position=" + std::to_string(p) + ":3&timeout_ms=5000"); });
+  auto waiting = std::async(
+      std::launch::async, [&] { return n.get(target + "&min_position=" + std::to_string(p) + ":3&timeout_ms=5000"); });
   for (int i = 0; i < 200 && n.waiter->pending() == 0; ++i) std::this_thread::sleep_for(10ms);
   for (int i = 0; i < 3; ++i) n.put(key, value_of(10 + i));
   auto r = waiting.get();
@@ -377,7 +376,8 @@ TEST_CASE("readyz: an anonymous probe sees readiness, not topics; a cluster toke
   std::vector<server::token_entry> tokens(1);
   tokens[0].name = "ops";
   auto hash = server::sha256_hex("ops-token");
-  for (size_t i = 0; i < 32; ++i) tokens[0].hash[i] = static_cast<unsigned char>(std::stoi(hash.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < 32; ++i)
+    tokens[0].hash[i] = static_cast<unsigned char>(std::stoi(hash.substr(2 * i, 2), nullptr, 16));
   tokens[0].scopes.cluster = true;
   n.ctx.auth = std::make_shared<server::token_authenticator>(tokens);
   n.build();
@@ -515,9 +515,9 @@ TEST_CASE("two instances: min_position on another instance's partition is waited
   for (const auto& e : page_body["data"]) found = found || e["key"] == k2;
   CHECK(found);
   // A batch too: the key on b is read after b reached the position.
-  auto batch = pn.a.call("POST",
-                         "/v1/stores/s/keys:batchGet?min_position=2:" + std::to_string(at + 1) + "&timeout_ms=2000",
-                         json{{"keys", {k2}}}.dump(), {{"Content-Type", "application/json"}});
+  auto batch =
+      pn.a.call("POST", "/v1/stores/s/keys:batchGet?min_position=2:" + std::to_string(at + 1) + "&timeout_ms=2000",
+                json{{"keys", {k2}}}.dump(), {{"Content-Type", "application/json"}});
   REQUIRE(batch.status == 200);
   CHECK(batch.body_json()["data"][0]["value"]["n"] == 2);
 }

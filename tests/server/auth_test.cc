@@ -66,15 +66,15 @@ TEST_CASE("store scopes: exact names, prefixes and the wildcard") {
       {{"orders"}, "orders", true},
       {{"orders"}, "orders-eu", false},  // a name is not a prefix
       {{"orders"}, "order", false},
-      {{"orders*"}, "orders", true},      // a prefix covers the name itself
+      {{"orders*"}, "orders", true},  // a prefix covers the name itself
       {{"orders*"}, "orders-eu", true},
       {{"orders*"}, "order", false},
       {{"orders*"}, "users", false},
       {{"*"}, "anything", true},
-      {{}, "orders", false},              // no stores scope: no store
+      {{}, "orders", false},  // no stores scope: no store
       {{"users", "orders*"}, "orders.v2", true},
       {{"users", "orders*"}, "payments", false},
-      {{"Orders"}, "orders", false},       // case matters, like store names
+      {{"Orders"}, "orders", false},  // case matters, like store names
   };
   for (const auto& r : rows) {
     CAPTURE(r.store);
@@ -92,7 +92,8 @@ tokens:
     stores: ["orders*", users]
     cluster: true
   - name: scraper
-    sha256: )" + std::string(sha_empty) + R"(
+    sha256: )" + std::string(sha_empty) +
+                            R"(
     metrics: true
 )");
   REQUIRE(t.ok());
@@ -149,7 +150,7 @@ TEST_CASE("authenticate takes only a known bearer token") {
   REQUIRE(who);
   CHECK(who->name == "dash");
   CHECK(who->scopes.store_allowed("orders"));
-  CHECK(auth.authenticate("bearer abc"));    // the scheme is case-insensitive
+  CHECK(auth.authenticate("bearer abc"));     // the scheme is case-insensitive
   CHECK(auth.authenticate("Bearer   abc "));  // extra spaces around the token
   CHECK_FALSE(auth.authenticate(std::nullopt));
   CHECK_FALSE(auth.authenticate("Bearer abd"));
@@ -283,11 +284,12 @@ TEST_CASE("CORS: preflights from listed origins are answered; others are refused
   CHECK_FALSE(header_of(pre, "Access-Control-Allow-Credentials"));
   CHECK(inner_calls == 0);  // answered before the API (and its authentication)
 
-  auto other = call(h, request("OPTIONS", {{"origin", "https://evil.example"}, {"access-control-request-method", "GET"}}));
+  auto other =
+      call(h, request("OPTIONS", {{"origin", "https://evil.example"}, {"access-control-request-method", "GET"}}));
   CHECK(other.status == 403);
   CHECK_FALSE(header_of(other, "Access-Control-Allow-Origin"));
-  auto bad_method =
-      call(h, request("OPTIONS", {{"origin", "https://dash.example.com"}, {"access-control-request-method", "DELETE"}}));
+  auto bad_method = call(
+      h, request("OPTIONS", {{"origin", "https://dash.example.com"}, {"access-control-request-method", "DELETE"}}));
   CHECK(bad_method.status == 405);
 
   auto get = call(h, request("GET", {{"origin", "https://dash.example.com"}}));

@@ -65,7 +65,10 @@ views:
 }
 
 TEST_CASE("invalid configs: one clear error naming the key") {
-  struct row { const char* yaml; const char* expected; };
+  struct row {
+    const char* yaml;
+    const char* expected;
+  };
   const row rows[] = {
       {"", "empty"},
       {"application_id: a\nviews: [{name: v, topic: t}]", "bootstrap_servers: is required"},
@@ -83,15 +86,22 @@ TEST_CASE("invalid configs: one clear error naming the key") {
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t}, {name: v, topic: u}]",
        "views[1].name: duplicate view name 'v'"},
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: 'a/b', topic: t}]", "views[0].name: must match"},
-      {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, colour: red}]", "views[0].colour: unknown key"},
-      {"application_id: a\nbootstrap_servers: b\nhttp: {listen: nowhere}\nviews: [{name: v, topic: t}]", "http.listen: must be host:port"},
-      {"application_id: a\nbootstrap_servers: b\nhttp: {listen: 'h:99999'}\nviews: [{name: v, topic: t}]", "http.listen: must be between 0 and 65535"},
-      {"application_id: a\nbootstrap_servers: b\nhttp: {threads: 0}\nviews: [{name: v, topic: t}]", "http.threads: must be between 1 and 256"},
-      {"application_id: a\nbootstrap_servers: b\nhttp: {threads: many}\nviews: [{name: v, topic: t}]", "http.threads: must be a number"},
+      {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, colour: red}]",
+       "views[0].colour: unknown key"},
+      {"application_id: a\nbootstrap_servers: b\nhttp: {listen: nowhere}\nviews: [{name: v, topic: t}]",
+       "http.listen: must be host:port"},
+      {"application_id: a\nbootstrap_servers: b\nhttp: {listen: 'h:99999'}\nviews: [{name: v, topic: t}]",
+       "http.listen: must be between 0 and 65535"},
+      {"application_id: a\nbootstrap_servers: b\nhttp: {threads: 0}\nviews: [{name: v, topic: t}]",
+       "http.threads: must be between 1 and 256"},
+      {"application_id: a\nbootstrap_servers: b\nhttp: {threads: many}\nviews: [{name: v, topic: t}]",
+       "http.threads: must be a number"},
       {"application_id: a\nbootstrap_servers: b\nrocksdb: {compression: gzip}\nviews: [{name: v, topic: t}]",
        "rocksdb.compression: must be one of: none, snappy, lz4, zstd (got 'gzip')"},
-      {"application_id: a\nbootstrap_servers: b\nkafka: {group.id: x}\nviews: [{name: v, topic: t}]", "kafka.group.id: is set by kstate"},
-      {"application_id: a\nbootstrap_servers: b\nkafka: {auto.offset.reset: latest}\nviews: [{name: v, topic: t}]", "kafka.auto.offset.reset: is set by kstate"},
+      {"application_id: a\nbootstrap_servers: b\nkafka: {group.id: x}\nviews: [{name: v, topic: t}]",
+       "kafka.group.id: is set by kstate"},
+      {"application_id: a\nbootstrap_servers: b\nkafka: {auto.offset.reset: latest}\nviews: [{name: v, topic: t}]",
+       "kafka.auto.offset.reset: is set by kstate"},
       {"application_id: a\nbootstrap_servers: b\nunknown: 1\nviews: [{name: v, topic: t}]", "unknown: unknown key"},
       {"application_id: [a\n", "invalid YAML"},
   };
@@ -112,7 +122,7 @@ TEST_CASE("environment mapping: KSTATE_<PATH> with __ between segments; unrelate
                                        "KSTATE_KAFKA__SASL_PASSWORD=s3cret",
                                        "KSTATE_VIEWS__0__TOPIC=orders",
                                        "KSTATE_ROCKSDB__STORES__Users__COMPRESSION=zstd",
-                                       "KSTATE_KAFKA_RUN=/tmp/run",   // a script's variable, not configuration
+                                       "KSTATE_KAFKA_RUN=/tmp/run",  // a script's variable, not configuration
                                        "KSTATE_BOOTSTRAP=127.0.0.1:1",
                                        "PATH=/usr/bin"};
   std::vector<char*> envp;
@@ -146,9 +156,11 @@ views: [{name: v, topic: t}]
       {{}, "from-file", 3, "127.0.0.1"},                                                        // file, defaults
       {{{"application_id", "from-env", "KSTATE_APPLICATION_ID"}}, "from-env", 3, "127.0.0.1"},  // env over file
       {{{"application_id", "from-env", "KSTATE_APPLICATION_ID"}, {"application_id", "from-flag", "--set"}},
-       "from-flag", 3, "127.0.0.1"},                                                            // flag over env
+       "from-flag",
+       3,
+       "127.0.0.1"},  // flag over env
       {{{"http.threads", "7", "KSTATE_HTTP__THREADS"}}, "from-file", 7, "127.0.0.1"},
-      {{{"http.listen", "0.0.0.0:1", "--listen"}}, "from-file", 3, "0.0.0.0"},                  // over a default
+      {{{"http.listen", "0.0.0.0:1", "--listen"}}, "from-file", 3, "0.0.0.0"},  // over a default
   };
   for (const auto& r : rows) {
     auto c = parse_config(file, "f.yaml", r.overrides);
@@ -164,7 +176,10 @@ views: [{name: v, topic: t}]
 
 TEST_CASE("override and kafka property errors name the key") {
   const char* file = "application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t}]\n";
-  struct row { config_override o; const char* expected; };
+  struct row {
+    config_override o;
+    const char* expected;
+  };
   const row rows[] = {
       {{"http.threads", "zero", "KSTATE_HTTP__THREADS"}, "http.threads: must be a number"},
       {{"http.colour", "red", "--set"}, "http.colour: unknown key"},
@@ -207,9 +222,10 @@ TEST_CASE("auth: token file and metrics access are read; a bad metrics value nam
 }
 
 TEST_CASE("http.tls and http.cors are read and checked") {
-  auto c = parse_config(std::string(minimal) +
-                        "http: {tls: {cert_file: s.crt, key_file: s.key, client_ca_file: ca.crt}, "
-                        "cors: {allowed_origins: ['https://dash.example.com', 'http://localhost:5173'], max_age_s: 60}}\n");
+  auto c =
+      parse_config(std::string(minimal) +
+                   "http: {tls: {cert_file: s.crt, key_file: s.key, client_ca_file: ca.crt}, "
+                   "cors: {allowed_origins: ['https://dash.example.com', 'http://localhost:5173'], max_age_s: 60}}\n");
   REQUIRE(c.ok());
   CHECK(c->http.tls.enabled());
   CHECK(c->http.tls.cert_file == "s.crt");
@@ -288,16 +304,21 @@ views:
   CHECK(again->views[1].input_topic() == "orders");
   CHECK(again->views[3].fields == c->views[3].fields);
 
-  auto alo = parse_config("application_id: a\nbootstrap_servers: b\nprocessing_guarantee: at_least_once\n"
-                          "views: [{name: v, kind: count, topic: t}]");
+  auto alo = parse_config(
+      "application_id: a\nbootstrap_servers: b\nprocessing_guarantee: at_least_once\n"
+      "views: [{name: v, kind: count, topic: t}]");
   REQUIRE(alo.ok());
   CHECK_FALSE(alo->ingest.exactly_once);
 }
 
 TEST_CASE("invalid aggregate configs: one clear error naming the key") {
-  struct row { const char* view; const char* expected; };
+  struct row {
+    const char* view;
+    const char* expected;
+  };
   const row rows[] = {
-      {"{name: v, topic: t, kind: count, group_by: letters}", "views[0].group_by: must be key, words or {json: <path>}"},
+      {"{name: v, topic: t, kind: count, group_by: letters}",
+       "views[0].group_by: must be key, words or {json: <path>}"},
       {"{name: v, topic: t, kind: count, group_by: {json: ''}}", "views[0].group_by.json: must be a dotted path"},
       {"{name: v, topic: t, kind: count, group_by: {path: a}}", "views[0].group_by.path: unknown key"},
       {"{name: v, topic: t, kind: sum, group_by: words}", "views[0].group_by: words can only be counted"},
@@ -310,11 +331,13 @@ TEST_CASE("invalid aggregate configs: one clear error naming the key") {
       {"{name: v, topic: t, kind: count, fields: [sum]}", "views[0].fields: applies to kind aggregate only"},
       {"{name: v, topic: t, group_by: words}", "views[0].group_by: applies to aggregate views only"},
       {"{name: v, topic: t, kind: sum, value: 'a..b'}", "views[0].value: must be a dotted path"},
-      {"{name: v, topic: t, kind: count, repartition_partitions: 3}", "views[0].repartition_partitions: applies to re-keyed views"},
+      {"{name: v, topic: t, kind: count, repartition_partitions: 3}",
+       "views[0].repartition_partitions: applies to re-keyed views"},
       {"{name: v, topic: t, kind: count, group_by: words, repartition_partitions: 0}",
        "views[0].repartition_partitions: must be between 1"},
       {"{name: v, topic: t, kind: count, cache: sometimes}", "views[0].cache: must be true or false"},
-      {"{name: v, topic: t, kind: count, value_format: string}", "views[0].value_format: an aggregate's values are JSON"},
+      {"{name: v, topic: t, kind: count, value_format: string}",
+       "views[0].value_format: an aggregate's values are JSON"},
       {"{name: v, topic: t, kind: count, group_by: words, partitioner: fnv1a}", "views[0].partitioner: re-keyed views"},
       {"{name: v, topic: t, kind: count, changelog_configs: {cleanup.policy: delete}}",
        "views[0].changelog_configs.cleanup.policy: must be compact, or compact,delete for a windowed view"},
@@ -329,12 +352,17 @@ TEST_CASE("invalid aggregate configs: one clear error naming the key") {
     INFO(c.error().message());
     CHECK(c.error().message().find(r.expected) != std::string::npos);
   }
-  auto g = parse_config("application_id: a\nbootstrap_servers: b\nprocessing_guarantee: twice\n"
-                        "views: [{name: v, topic: t}]", "test.yaml");
+  auto g = parse_config(
+      "application_id: a\nbootstrap_servers: b\nprocessing_guarantee: twice\n"
+      "views: [{name: v, topic: t}]",
+      "test.yaml");
   REQUIRE_FALSE(g.ok());
-  CHECK(g.error().message().find("processing_guarantee: must be one of: exactly_once, at_least_once") != std::string::npos);
-  auto iso = parse_config("application_id: a\nbootstrap_servers: b\nkafka: {isolation.level: read_uncommitted}\n"
-                          "views: [{name: v, kind: count, topic: t}]", "test.yaml");
+  CHECK(g.error().message().find("processing_guarantee: must be one of: exactly_once, at_least_once") !=
+        std::string::npos);
+  auto iso = parse_config(
+      "application_id: a\nbootstrap_servers: b\nkafka: {isolation.level: read_uncommitted}\n"
+      "views: [{name: v, kind: count, topic: t}]",
+      "test.yaml");
   REQUIRE_FALSE(iso.ok());
   CHECK(iso.error().message().find("kafka.isolation.level: must be read_committed") != std::string::npos);
 }
@@ -381,9 +409,10 @@ views:
   REQUIRE_MESSAGE(again.ok(), again.error().message());
   CHECK(again->views[1].window->max_future_ms == 600'000);
   CHECK(again->views[2].window->max_future_ms == 0);
-  auto bad = parse_config("application_id: a\nbootstrap_servers: b\nviews: [{name: v, kind: count, topic: t, "
-                          "window: {size: 1m, max_future: soon}}]",
-                          "test.yaml");
+  auto bad = parse_config(
+      "application_id: a\nbootstrap_servers: b\nviews: [{name: v, kind: count, topic: t, "
+      "window: {size: 1m, max_future: soon}}]",
+      "test.yaml");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message().find("views[0].window.max_future: 'soon' is not a duration") != std::string::npos);
 }

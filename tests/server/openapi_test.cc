@@ -132,8 +132,7 @@ std::set<std::string> minus(const std::set<std::string>& a, const std::set<std::
 // Every row of the problem table, by error_code.
 std::map<int, kstate::server::failure_info> problem_table() {
   std::map<int, kstate::server::failure_info> out;
-  for (int r = static_cast<int>(failure_reason::unknown_store); r <= static_cast<int>(failure_reason::bad_peer);
-       ++r) {
+  for (int r = static_cast<int>(failure_reason::unknown_store); r <= static_cast<int>(failure_reason::bad_peer); ++r) {
     auto info = kstate::server::describe(static_cast<failure_reason>(r));
     out.emplace(info.error_code, info);
   }
@@ -166,7 +165,8 @@ TEST_CASE("the spec describes exactly the routes of the router") {
   REQUIRE_FALSE(router.empty());
 
   for (const auto& r : router) CHECK_MESSAGE(documented.count(r), "route missing from docs/openapi.json: ", r);
-  for (const auto& d : documented) CHECK_MESSAGE(router.count(d), "docs/openapi.json documents a route the router does not have: ", d);
+  for (const auto& d : documented)
+    CHECK_MESSAGE(router.count(d), "docs/openapi.json documents a route the router does not have: ", d);
 }
 
 TEST_CASE("every operation has an operationId and responses") {
@@ -225,8 +225,10 @@ TEST_CASE("the Problem schema's error_code enum is the problem table") {
   const json& problem = resolve(spec().at("components").at("schemas").at("Problem"));
   std::set<int> in_spec;
   for (const auto& c : problem.at("properties").at("error_code").at("enum")) in_spec.insert(c.get<int>());
-  for (const auto& [code, info] : table) CHECK_MESSAGE(in_spec.count(code), "error_code ", code, " (", info.title, ") missing from the Problem schema");
-  for (int code : in_spec) CHECK_MESSAGE(table.count(code), "Problem schema lists error_code ", code, ", not in the problem table");
+  for (const auto& [code, info] : table)
+    CHECK_MESSAGE(in_spec.count(code), "error_code ", code, " (", info.title, ") missing from the Problem schema");
+  for (int code : in_spec)
+    CHECK_MESSAGE(table.count(code), "Problem schema lists error_code ", code, ", not in the problem table");
 }
 
 TEST_CASE("every error_code in the spec's examples matches the problem table") {

@@ -38,9 +38,9 @@ std::string rendered_value(data_format f, std::string_view bytes) {
 
 const std::vector<std::string> json_docs = {
     R"({"a":"abc","k":1,"s":2})",
-    R"({"k":1,"a":"abc"})",          // unsorted: dump() sorts
-    R"({"a":1,"a":2})",              // duplicate: last wins
-    R"( {"a":1} )",                  // whitespace
+    R"({"k":1,"a":"abc"})",  // unsorted: dump() sorts
+    R"({"a":1,"a":2})",      // duplicate: last wins
+    R"( {"a":1} )",          // whitespace
     R"({"a": 1})",
     R"([1,2,3])",
     R"([])",
@@ -48,8 +48,8 @@ const std::vector<std::string> json_docs = {
     R"({"":{}})",
     R"("text")",
     R"("a\"b\\c\nd\te\rf\bg\fh")",
-    R"("a\/b")",                     // \/ prints as /
-    R"("\u00e9")",                   // \u escapes print as the character
+    R"("a\/b")",    // \/ prints as /
+    R"("\u00e9")",  // \u escapes print as the character
     R"("\u0001")",
     "\"caf\xc3\xa9\"",
     "\"\x7f\"",
@@ -73,10 +73,10 @@ const std::vector<std::string> json_docs = {
     R"({"b":1,"a\u0000":2})",
     R"({"a\"":1,"a":2})",
     R"({"B":1,"a":2})",
-    "{\"\xc3\xa9\":1,\"z\":2}",      // non-ASCII keys order by bytes
+    "{\"\xc3\xa9\":1,\"z\":2}",  // non-ASCII keys order by bytes
     "{\"z\":1,\"\xc3\xa9\":2}",
     R"([[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]])",
-    R"({"a":1,})",                   // invalid: both print the same thing
+    R"({"a":1,})",  // invalid: both print the same thing
     R"(nul)",
     "",
 };
@@ -102,8 +102,15 @@ TEST_CASE("canonical documents are copied, others are refused") {
 }
 
 TEST_CASE("strings and bytes render byte-identical to dump") {
-  std::vector<std::string> texts = {"", "plain", "quote\"back\\slash", std::string("nul\0byte", 8), "\x01\x1f\x7f",
-                                    "caf\xc3\xa9", "bad\xff utf8", "\xed\xa0\x80", "tab\there\nnl"};
+  std::vector<std::string> texts = {"",
+                                    "plain",
+                                    "quote\"back\\slash",
+                                    std::string("nul\0byte", 8),
+                                    "\x01\x1f\x7f",
+                                    "caf\xc3\xa9",
+                                    "bad\xff utf8",
+                                    "\xed\xa0\x80",
+                                    "tab\there\nnl"};
   for (const auto& t : texts) {
     CAPTURE(t);
     CHECK(rendered_value(data_format::string, t) == expected_value(data_format::string, t));

@@ -23,7 +23,9 @@ struct temp_dir {
 
 TEST_CASE("data keys are the big-endian partition followed by the key bytes") {
   auto k = encode_data_key(258, std::string_view("a\0/", 3));
-  CHECK(k == std::string("\x00\x00\x01\x02" "a\0/", 7));
+  CHECK(k == std::string("\x00\x00\x01\x02"
+                         "a\0/",
+                         7));
   auto d = decode_data_key(k);
   REQUIRE(d);
   CHECK(d->partition == 258);
@@ -37,9 +39,8 @@ TEST_CASE("data keys sort by partition, then by key bytes compared unsigned") {
   std::vector<std::string> encoded;
   for (auto& [p, k] : in) encoded.push_back(encode_data_key(p, k));
   // RocksDB's default comparator: memcmp order.
-  std::sort(encoded.begin(), encoded.end(), [](const std::string& a, const std::string& b) {
-    return std::string_view(a) < std::string_view(b);
-  });
+  std::sort(encoded.begin(), encoded.end(),
+            [](const std::string& a, const std::string& b) { return std::string_view(a) < std::string_view(b); });
   std::vector<pk> out;
   for (auto& e : encoded) out.emplace_back(decode_data_key(e)->partition, std::string(decode_data_key(e)->key));
   std::vector<pk> expected{{0, "a"}, {0, std::string("a\0", 2)}, {0, "\xff"}, {1, ""}, {1, "b"}, {2, "\x01"}};
@@ -171,7 +172,8 @@ TEST_CASE("windows expired at their partition's stored stream time leave the dis
           if (st != stream_time.end() && start + 1000 + 5000 <= st->second) ++expired;
           else live.emplace(p, key);
         }
-      if (auto st = stream_time.find(p); st != stream_time.end()) b.set_named_position("clicks#stream_time", p, st->second);
+      if (auto st = stream_time.find(p); st != stream_time.end())
+        b.set_named_position("clicks#stream_time", p, st->second);
       REQUIRE(d.write(b).ok());
     }
     REQUIRE(expired == 100 * 15 + 100 * 5);
@@ -186,7 +188,8 @@ TEST_CASE("windows expired at their partition's stored stream time leave the dis
     size_t users_kept = 0;
     auto snap = d.read_snapshot();
     for (int32_t p = 0; p < 3; ++p) {
-      for (auto it = snap->scan(clicks, p, {}, {}, false, scan_use::sweep); it->valid(); it->next()) kept.emplace(p, std::string(it->key()));
+      for (auto it = snap->scan(clicks, p, {}, {}, false, scan_use::sweep); it->valid(); it->next())
+        kept.emplace(p, std::string(it->key()));
       for (auto it = snap->scan(users, p, {}, {}, false, scan_use::sweep); it->valid(); it->next()) ++users_kept;
     }
     CHECK(kept == live);

@@ -12,7 +12,9 @@
 #include <memory>
 #include <string>
 
-namespace spdlog { class logger; }
+namespace spdlog {
+class logger;
+}
 
 namespace kstate {
 

@@ -32,7 +32,7 @@ struct partition_state {
 };
 
 struct topic_state {
-  int32_t partition_count = 0;  // 0 until metadata is known
+  int32_t partition_count = 0;                    // 0 until metadata is known
   std::map<int32_t, partition_state> partitions;  // only partitions ever assigned
 };
 
@@ -43,7 +43,7 @@ class ownership_registry {
     std::string topic;
     int32_t partition;
     int64_t catch_up_target;
-    bool ready;  // already caught up when assigned
+    bool ready;            // already caught up when assigned
     int64_t applied = -1;  // the position it resumes from (-1: unknown)
   };
   // Records a rebalance's new partitions in one step (readers never see half of it)

@@ -36,8 +36,8 @@ std::string check_group_key(const view_def& view, std::string_view key, int max_
 // The group keys of a record for a view (one for group_by key/json, one per word for
 // words), appended to `out`. Empty string: derived; otherwise why the record has none.
 // JSON values are checked against `max_json_depth` before they are parsed.
-std::string group_keys(const view_def& view, std::optional<std::string_view> key,
-                       std::optional<std::string_view> value, int max_json_depth, std::vector<std::string>& out);
+std::string group_keys(const view_def& view, std::optional<std::string_view> key, std::optional<std::string_view> value,
+                       int max_json_depth, std::vector<std::string>& out);
 
 // The event time of a record for a windowed view: the JSON field window.time_field
 // (epoch ms or ISO-8601) when set, else the record timestamp. Empty string: `out` is

@@ -83,7 +83,9 @@ class batch_builder {
   // Partitions touched since the last reset, with the next offset they reach.
   const std::map<std::pair<std::string, int32_t>, int64_t>& touched() const { return touched_; }
   // Counts per (topic, partition) since the last reset.
-  struct counts { uint64_t records = 0, bytes = 0, applied = 0, invalid = 0; };
+  struct counts {
+    uint64_t records = 0, bytes = 0, applied = 0, invalid = 0;
+  };
   const std::map<std::pair<std::string, int32_t>, counts>& partition_counts() const { return counts_; }
   // applied/invalid per (view, topic, partition) since the last reset.
   const std::map<std::tuple<std::string, std::string, int32_t>, counts>& view_counts() const { return view_counts_; }

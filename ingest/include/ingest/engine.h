@@ -27,7 +27,9 @@
 #include "core/view.h"
 #include "storage/db.h"
 
-namespace prometheus { class Registry; }
+namespace prometheus {
+class Registry;
+}
 
 namespace kstate::ingest {
 
@@ -91,10 +93,10 @@ struct ingest_stats {
   std::atomic<uint64_t> dead_lettered{0};  // rejections delivered to a dead-letter topic (whole or as an envelope)
   std::atomic<uint64_t> dead_letters_truncated{0};  // of those, delivered as an envelope
   std::atomic<uint64_t> dead_letters_failed{0};     // rejections not delivered, not even as an envelope
-  std::atomic<uint64_t> batches{0};        // RocksDB writes
-  std::atomic<uint64_t> rebalances{0};     // assignment changes
-  std::atomic<uint64_t> restored{0};       // changelog records applied to local stores
-  std::atomic<uint64_t> aborted{0};        // transactions aborted (consumer rewound)
+  std::atomic<uint64_t> batches{0};                 // RocksDB writes
+  std::atomic<uint64_t> rebalances{0};              // assignment changes
+  std::atomic<uint64_t> restored{0};                // changelog records applied to local stores
+  std::atomic<uint64_t> aborted{0};                 // transactions aborted (consumer rewound)
 };
 
 // Checks extra librdkafka properties the way the consumer will set them; the error
@@ -108,9 +110,8 @@ class engine {
  public:
   // All references must outlive the engine. `metrics` and `notifier` may be null; the
   // notifier hears of every write that moved a position.
-  engine(ingest_config cfg, std::vector<view_def> views, storage::db& db,
-         ownership_registry& ownership, prometheus::Registry* metrics,
-         change_notifier* notifier = nullptr);
+  engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, ownership_registry& ownership,
+         prometheus::Registry* metrics, change_notifier* notifier = nullptr);
   ~engine();
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;

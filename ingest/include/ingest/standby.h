@@ -41,7 +41,9 @@
 #include "ingest/engine.h"
 #include "storage/db.h"
 
-namespace prometheus { class Registry; }
+namespace prometheus {
+class Registry;
+}
 
 namespace kstate::ingest {
 

@@ -40,7 +40,7 @@ struct key_answer {
   std::optional<std::string> value;  // nullopt: absent; else the record's value bytes
   int64_t offset = -1;               // offset of the record that wrote the value
   int32_t partition = -1;
-  position pos;                      // the key's partition -> next offset reflected
+  position pos;  // the key's partition -> next offset reflected
 };
 
 // The answer to a query, or why there is none. Never both, never neither.
@@ -81,7 +81,7 @@ struct range_query {
   std::optional<std::string> to;      // exclusive upper bound
   std::optional<std::string> prefix;  // keys starting with these bytes (combined with from/to)
   bool descending = false;
-  std::optional<std::string> after;   // resume strictly after this key, in iteration order
+  std::optional<std::string> after;  // resume strictly after this key, in iteration order
   // Only these partitions (a scatter-gather part); nullopt: every partition of the topic.
   std::optional<std::vector<int32_t>> partitions;
 };
@@ -134,7 +134,7 @@ struct batch_answer {
 // every window with start < to and end > from, ordered by start.
 struct window_query {
   std::string store;
-  std::string key;  // serialized group key bytes
+  std::string key;                   // serialized group key bytes
   std::optional<int32_t> partition;  // the key's partition, when the caller located it
   int64_t from = 0;
   int64_t to = 0;
@@ -185,7 +185,7 @@ struct partition_info {
 
 struct store_info {
   const view_def* def;
-  int32_t partition_count;  // 0 until known
+  int32_t partition_count;                 // 0 until known
   std::vector<partition_info> partitions;  // partitions assigned here
   storage::view_stats stats;
 };

@@ -104,10 +104,8 @@ bool dropped_response_field(bhttp::field f) {
     case bhttp::field::transfer_encoding:
     case bhttp::field::upgrade:
     case bhttp::field::content_length:
-    case bhttp::field::content_type:
-      return true;
-    default:
-      return false;
+    case bhttp::field::content_type: return true;
+    default: return false;
   }
 }
 
@@ -190,8 +188,10 @@ result<peer_address> parse_endpoint(std::string_view ep) {
 }
 
 status validate(const client_request& r) {
-  if (!is_token(r.method)) return status::invalid_argument("peer request: invalid method '" + r.method.substr(0, 64) + "'");
-  if (!valid_target(r.target)) return status::invalid_argument("peer request: target must be origin-form ('/...'), no spaces");
+  if (!is_token(r.method))
+    return status::invalid_argument("peer request: invalid method '" + r.method.substr(0, 64) + "'");
+  if (!valid_target(r.target))
+    return status::invalid_argument("peer request: target must be origin-form ('/...'), no spaces");
   for (const auto& [n, v] : r.headers) {
     if (!is_token(n) || !valid_header_value(v)) {
       return status::invalid_argument("peer request: invalid header '" + n.substr(0, 64) + "'");
@@ -348,7 +348,8 @@ class exchange : public std::enable_shared_from_this<exchange> {
     // cancelled_.
     if (c) {
       net::post(c->stream().get_executor(), [self = shared_from_this()] {
-        self->finish(status::unavailable("peer " + self->addr_.key + ": client stopped before the response arrived"), false);
+        self->finish(status::unavailable("peer " + self->addr_.key + ": client stopped before the response arrived"),
+                     false);
       });
     }
   }
@@ -383,7 +384,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
   status connect_timeout_error() const {
     if (clock_type::now() < deadline_) {
       return status::unavailable("peer " + addr_.key + ": no connection within " +
-                         std::to_string(st_.cfg.connect_timeout.count()) + " ms");
+                                 std::to_string(st_.cfg.connect_timeout.count()) + " ms");
     }
     return deadline_error("while connecting");
   }
@@ -393,7 +394,8 @@ class exchange : public std::enable_shared_from_this<exchange> {
     connect_started_ = clock_type::now();
     if (addr_.numeric) {
       // A vector, so both paths use the same range connect.
-      std::vector<tcp::endpoint> eps{tcp::endpoint(*addr_.numeric, static_cast<unsigned short>(std::stoul(addr_.port)))};
+      std::vector<tcp::endpoint> eps{
+          tcp::endpoint(*addr_.numeric, static_cast<unsigned short>(std::stoul(addr_.port)))};
       return connect_to(eps);
     }
     // The resolver is not covered by the stream's expiry: a timer bounds it. On expiry
@@ -407,25 +409,25 @@ class exchange : public std::enable_shared_from_this<exchange> {
       self->resolver_->cancel();
       self->finish(self->connect_timeout_error(), false);
     });
-    resolver_->async_resolve(addr_.host, addr_.port,
-                             [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
-                               self->resolve_timer_->cancel();
-                               if (self->finished_) return;
-                               if (ec) {
-                                 return self->finish(
-                                     status::unavailable("peer " + self->addr_.key + ": resolve failed: " + ec.message()), false);
-                               }
-                               self->connect_to(results);
-                             });
+    resolver_->async_resolve(
+        addr_.host, addr_.port,
+        [self = shared_from_this()](beast::error_code ec, const tcp::resolver::results_type& results) {
+          self->resolve_timer_->cancel();
+          if (self->finished_) return;
+          if (ec) {
+            return self->finish(status::unavailable("peer " + self->addr_.key + ": resolve failed: " + ec.message()),
+                                false);
+          }
+          self->connect_to(results);
+        });
   }
 
   template <class Endpoints>
   void connect_to(const Endpoints& eps) {
     if (!proceed()) return;
     conn_->stream().expires_at(connect_deadline());
-    conn_->stream().async_connect(eps, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-      self->on_connect(ec);
-    });
+    conn_->stream().async_connect(
+        eps, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) { self->on_connect(ec); });
   }
 
   void on_connect(beast::error_code ec) {
@@ -458,7 +460,8 @@ class exchange : public std::enable_shared_from_this<exchange> {
       if (self->finished_) return;
       if (ec == beast::error::timeout) return self->finish(self->connect_timeout_error(), false);
       if (ec) {
-        return self->finish(status::unavailable("peer " + self->addr_.key + ": TLS handshake failed: " + ec.message()), false);
+        return self->finish(status::unavailable("peer " + self->addr_.key + ": TLS handshake failed: " + ec.message()),
+                            false);
       }
       self->write();
     });
@@ -562,7 +565,8 @@ class exchange : public std::enable_shared_from_this<exchange> {
                                         " bytes");
     }
     // The peer closed early: unreachable, like a reset.
-    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) return status::unavailable(where + ec.message());
+    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message)
+      return status::unavailable(where + ec.message());
     // Any other parser error: the peer does not speak HTTP/1.1 as expected.
     if (ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
       return status::io_error(where + "malformed response: " + ec.message());
@@ -623,8 +627,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
 }  // namespace
 
 struct client::impl {
-  explicit impl(client_config cfg)
-      : ioc(std::max(1, cfg.threads)), st(std::move(cfg), ioc), work(ioc.get_executor()) {}
+  explicit impl(client_config cfg) : ioc(std::max(1, cfg.threads)), st(std::move(cfg), ioc), work(ioc.get_executor()) {}
 
   // Declared first: destroyed last, after everything holding sockets or timers.
   net::io_context ioc;
@@ -639,9 +642,8 @@ struct client::impl {
 std::unique_ptr<net::ssl::context> make_client_tls(const client_config& cfg, std::string& error) {
   auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
   beast::error_code ec;
-  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
-                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
-                       net::ssl::context::no_compression,
+  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 |
+                       net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 | net::ssl::context::no_compression,
                    ec);
   if (!ec && SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION) != 1)
     ec = net::error::invalid_argument;

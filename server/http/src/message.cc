@@ -2,7 +2,6 @@
 
 #include "syntax.h"
 
-
 namespace kstate::http {
 using syntax::iequals;
 

@@ -115,9 +115,8 @@ struct shared_state {
 // are trusted, anything else is replaced.
 bool sane_request_id(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;
-  return std::all_of(id.begin(), id.end(), [](unsigned char c) {
-    return std::isalnum(c) || c == '.' || c == '_' || c == '-';
-  });
+  return std::all_of(id.begin(), id.end(),
+                     [](unsigned char c) { return std::isalnum(c) || c == '.' || c == '_' || c == '-'; });
 }
 
 using syntax::iequals;
@@ -137,7 +136,7 @@ bool reserved_header(std::string_view n) {
 // there: if the target alone is over max_target_bytes the honest answer is 414, not 431.
 bool target_too_long(std::string_view raw, std::size_t max_target) {
   const auto sp = raw.find(' ');
-  if (sp == std::string_view::npos || sp > 32) return false;  // not a request line
+  if (sp > 32) return false;  // no method within 32 bytes (or no space at all): not a request line
   const auto rest = raw.substr(sp + 1);
   const auto end = rest.find_first_of(" \r\n");
   return (end == std::string_view::npos ? rest.size() : end) > max_target;
@@ -240,7 +239,7 @@ class reply_state {
 
  private:
   std::mutex mu_;
-  bool done_ = false;                // guarded by mu_
+  bool done_ = false;                     // guarded by mu_
   std::shared_ptr<session_base> target_;  // guarded by mu_; null once posted or abandoned
   const std::shared_ptr<shared_state> st_;
   const std::string request_id_;
@@ -288,7 +287,7 @@ class session : public session_base {
         buffer_(std::size_t{st_->cfg.max_header_bytes} + 64 * 1024),
         watchdog_(stream_.get_executor()) {}
 
-  ~session() {
+  ~session() override {
     std::lock_guard lk(st_->mu);
     st_->sessions.erase(this);
     if (st_->sessions.empty()) st_->sessions_done.notify_all();
@@ -441,8 +440,7 @@ class session : public session_base {
     // connection over the limit gets little time to say what it wanted.
     set_deadline(overloaded_ ? std::min<std::chrono::milliseconds>(st_->cfg.read_timeout, std::chrono::seconds(2))
                              : st_->cfg.read_timeout);
-    bhttp::async_read_header(stream_, buffer_, *parser_,
-                            beast::bind_front_handler(&session::on_header, self()));
+    bhttp::async_read_header(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_header, self()));
   }
 
   void on_header(beast::error_code ec, std::size_t) {
@@ -450,9 +448,8 @@ class session : public session_base {
     cur_.start = std::chrono::steady_clock::now();
     const auto& req = parser_->get();
     if (req.target().size() > st_->cfg.max_target_bytes) {
-      return fail(server_error::uri_too_long,
-                  "request target is " + std::to_string(req.target().size()) + " bytes, limit " +
-                      std::to_string(st_->cfg.max_target_bytes));
+      return fail(server_error::uri_too_long, "request target is " + std::to_string(req.target().size()) +
+                                                  " bytes, limit " + std::to_string(st_->cfg.max_target_bytes));
     }
     if (overloaded_)
       return fail(server_error::overloaded,
@@ -468,11 +465,10 @@ class session : public session_base {
     auto expect = req[bhttp::field::expect];
     if (iequals(expect, "100-continue")) {
       continue_.emplace(bhttp::status::continue_, req.version());
-      bhttp::async_write(stream_, *continue_,
-                        [self = self()](beast::error_code ec, std::size_t) {
-                          if (ec) return;  // the socket is gone; nothing to answer
-                          self->read_body();
-                        });
+      bhttp::async_write(stream_, *continue_, [self = self()](beast::error_code ec, std::size_t) {
+        if (ec) return;  // the socket is gone; nothing to answer
+        self->read_body();
+      });
       return;
     }
     read_body();
@@ -480,8 +476,7 @@ class session : public session_base {
 
   void read_body() {
     // No new deadline: the one set before the header covers the whole request.
-    bhttp::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&session::on_body, self()));
+    bhttp::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_body, self()));
   }
 
   void on_body(beast::error_code ec, std::size_t) {
@@ -517,7 +512,8 @@ class session : public session_base {
     // (partial_message), the deadline passed (the watchdog closed the socket),
     // stop() closed us, or the socket failed: there is nobody to answer.
     if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == beast::error::timeout ||
-        ec == net::error::operation_aborted || ec.category() != bhttp::make_error_code(bhttp::error::bad_target).category()) {
+        ec == net::error::operation_aborted ||
+        ec.category() != bhttp::make_error_code(bhttp::error::bad_target).category()) {
       return close();
     }
     // Anything else from the HTTP category is a malformed message (request line,
@@ -537,8 +533,8 @@ class session : public session_base {
     for (const auto& f : msg)
       if (index++ >= header_fields_) trailer_bytes += f.name_string().size() + 2 + f.value().size() + 2;
     if (meta_bytes_ + trailer_bytes > st_->cfg.max_header_bytes)
-      return fail(server_error::headers_too_large, "chunk extensions and trailers exceed " +
-                                                       std::to_string(st_->cfg.max_header_bytes) + " bytes");
+      return fail(server_error::headers_too_large,
+                  "chunk extensions and trailers exceed " + std::to_string(st_->cfg.max_header_bytes) + " bytes");
 
     request req;
     req.method = std::string(msg.method_string());
@@ -610,7 +606,7 @@ class session : public session_base {
 
   // A request that cannot be handled (over a limit, unparseable): answer with a
   // problem and close, since the rest of the stream cannot be framed reliably.
-  void fail(server_error r, std::string detail) {
+  void fail(server_error r, const std::string& detail) {
     std::string instance;
     std::string request_id;
     // Not is_header_done(): a Content-Length over the body limit fails the header
@@ -794,8 +790,7 @@ class session : public session_base {
     const auto& l = log();
     if (!l->should_log(spdlog::level::debug)) return;
     const auto now = std::chrono::steady_clock::now();
-    const double ms =
-        std::chrono::duration<double, std::milli>(now - cur_.start.value_or(now)).count();
+    const double ms = std::chrono::duration<double, std::milli>(now - cur_.start.value_or(now)).count();
     std::string_view path(cur_.path);
     if (path.size() > 256) path = path.substr(0, 256);
     l->debug("{} {} {} {:.1f}ms id={}{}{}", cur_.method, path, cur_.status, ms, cur_.request_id,
@@ -822,12 +817,11 @@ class session : public session_base {
   }
 
   void do_drain() {
-    stream_.async_read_some(net::buffer(drain_buf_),
-                            [self = self()](beast::error_code ec, std::size_t n) {
-                              self->drained_ += n;
-                              if (ec || self->drained_ > max_drain_bytes) return self->close();
-                              self->do_drain();
-                            });
+    stream_.async_read_some(net::buffer(drain_buf_), [self = self()](beast::error_code ec, std::size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ > max_drain_bytes) return self->close();
+      self->do_drain();
+    });
   }
 
   static constexpr std::size_t max_drain_bytes = 16 * 1024 * 1024;
@@ -907,11 +901,14 @@ class listener : public std::enable_shared_from_this<listener> {
   status open(const tcp::endpoint& ep) {
     beast::error_code ec;
     if (acceptor_.open(ep.protocol(), ec)) return status::io_error("open: " + ec.message());
-    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec)) return status::io_error("reuse_address: " + ec.message());
+    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec))
+      return status::io_error("reuse_address: " + ec.message());
     if (acceptor_.bind(ep, ec)) {
-      return status::io_error("bind " + ep.address().to_string() + ":" + std::to_string(ep.port()) + ": " + ec.message());
+      return status::io_error("bind " + ep.address().to_string() + ":" + std::to_string(ep.port()) + ": " +
+                              ec.message());
     }
-    if (acceptor_.listen(net::socket_base::max_listen_connections, ec)) return status::io_error("listen: " + ec.message());
+    if (acceptor_.listen(net::socket_base::max_listen_connections, ec))
+      return status::io_error("listen: " + ec.message());
     auto local = acceptor_.local_endpoint(ec);
     if (ec) return status::io_error("local_endpoint: " + ec.message());
     port_ = local.port();
@@ -987,7 +984,7 @@ class listener : public std::enable_shared_from_this<listener> {
 // An exception escapes to session::handle(), which turns it into a 500.
 async_handler wrap_sync(handler h) {
   if (!h) return {};
-  return [h = std::move(h)](const request& req, responder reply) { reply(h(req)); };
+  return [h = std::move(h)](const request& req, const responder& reply) { reply(h(req)); };
 }
 
 // TLS 1.2 and 1.3 only. TLS 1.3 suites are OpenSSL's (all AEAD); for 1.2, only
@@ -995,9 +992,9 @@ async_handler wrap_sync(handler h) {
 result<std::unique_ptr<net::ssl::context>> make_server_tls(const tls_config& tls) {
   auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
   beast::error_code ec;
-  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
-                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
-                       net::ssl::context::no_compression | net::ssl::context::single_dh_use,
+  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 |
+                       net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 | net::ssl::context::no_compression |
+                       net::ssl::context::single_dh_use,
                    ec);
   if (ec) return status::invalid_argument("http.tls: " + ec.message());
   SSL_CTX* native = ctx->native_handle();
@@ -1149,7 +1146,8 @@ void server::stop() {
         if (auto s = w.lock()) left.push_back(std::move(s));
       }
     }
-    if (!left.empty()) log()->warn("stop: {} connection(s) still busy after the shutdown grace; closing them", left.size());
+    if (!left.empty())
+      log()->warn("stop: {} connection(s) still busy after the shutdown grace; closing them", left.size());
     for (auto& s : left) s->abandon_pending_reply();
     left.clear();  // outside st.mu: a session's destructor takes it
   }

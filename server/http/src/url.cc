@@ -19,11 +19,18 @@ namespace {
 // because a fragment never belongs in a request target.
 bool needs_lenient_escape(unsigned char c) {
   switch (c) {
-    case '"': case '<': case '>': case '[': case '\\': case ']':
-    case '^': case '`': case '{': case '|': case '}':
-      return true;
-    default:
-      return c >= 0x80;
+    case '"':
+    case '<':
+    case '>':
+    case '[':
+    case '\\':
+    case ']':
+    case '^':
+    case '`':
+    case '{':
+    case '|':
+    case '}': return true;
+    default: return c >= 0x80;
   }
 }
 

@@ -28,8 +28,13 @@
 #include "query/engine.h"
 #include "query/freshness.h"
 
-namespace prometheus { class Registry; class Collectable; }
-namespace kstate::http { class client; }
+namespace prometheus {
+class Registry;
+class Collectable;
+}  // namespace prometheus
+namespace kstate::http {
+class client;
+}
 
 namespace kstate::server {
 
@@ -93,7 +98,7 @@ struct api_context {
   // How long a request to another instance may take (plus the min_position wait it
   // carries).
   std::chrono::milliseconds forward_timeout{5'000};
-  std::string group;  // consumer group id (application_id)
+  std::string group;         // consumer group id (application_id)
   int standby_replicas = 0;  // standby copies per partition (to name them in answers)
   // High watermark of a partition as this instance last saw it (for the lag of stale
   // answers); may be empty.
@@ -105,10 +110,10 @@ struct api_context {
   // as metrics (may be empty).
   std::function<size_t()> open_connections;
   std::function<uint64_t()> refused_connections;
-  std::string instance;                     // advertised endpoint, reported as served_by
+  std::string instance;                         // advertised endpoint, reported as served_by
   const std::atomic<bool>* draining = nullptr;  // true once shutdown began: /readyz 503
-  std::string openapi_json;                 // served at /openapi.json
-  std::string ui_dir;                       // built dashboard served at /ui/; empty: none
+  std::string openapi_json;                     // served at /openapi.json
+  std::string ui_dir;                           // built dashboard served at /ui/; empty: none
   // Bearer-token authentication and scopes (null: every route open). /livez, /readyz,
   // /openapi.json and /ui/ stay open; /metrics is open when `open_metrics`.
   std::shared_ptr<const token_authenticator> auth;

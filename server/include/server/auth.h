@@ -48,7 +48,7 @@ struct token_scopes {
 };
 
 struct token_entry {
-  std::string name;                    // for logs and error messages; never the token
+  std::string name;                      // for logs and error messages; never the token
   std::array<unsigned char, 32> hash{};  // SHA-256 of the token
   token_scopes scopes;
 };
@@ -88,7 +88,7 @@ class token_authenticator {
 
   std::string path_;  // empty: no reload
   mutable std::mutex mu_;
-  mutable std::shared_ptr<const table> tokens_;                // guarded by mu_
+  mutable std::shared_ptr<const table> tokens_;               // guarded by mu_
   mutable std::chrono::steady_clock::time_point next_check_;  // guarded by mu_
   mutable long long mtime_ns_ = 0;                            // guarded by mu_
 };

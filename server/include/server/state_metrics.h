@@ -11,7 +11,9 @@
 #include "core/view.h"
 #include "storage/db.h"
 
-namespace prometheus { class Collectable; }
+namespace prometheus {
+class Collectable;
+}
 
 namespace kstate::server {
 

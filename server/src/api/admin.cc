@@ -126,8 +126,8 @@ outcome metrics(const state& st, const call& c) {
     add_sample(families, "kstate_query_waiting_requests", "Requests waiting for their min_position", MetricType::Gauge,
                static_cast<double>(st.ctx.waiter->pending()));
     add_sample(families, "kstate_query_waits_refused_total",
-               "Requests refused because query.max_waiting_requests or their bytes were waiting",
-               MetricType::Counter, static_cast<double>(st.ctx.waiter->refused()));
+               "Requests refused because query.max_waiting_requests or their bytes were waiting", MetricType::Counter,
+               static_cast<double>(st.ctx.waiter->refused()));
   }
   add_sample(families, "kstate_query_worker_queue", "API tasks waiting for a worker thread", MetricType::Gauge,
              static_cast<double>(st.workers->queued()));
@@ -239,8 +239,11 @@ http::response local_cluster(const state& st) {
     if (!snap->group_state.empty()) group_state = snap->group_state;
     read_at = std::chrono::duration_cast<std::chrono::milliseconds>(snap->read_at.time_since_epoch()).count();
   }
-  json instance{{"endpoint", st.ctx.instance}, {"self", true}, {"ready", local["ready"]},
-                {"version", local["version"]}, {"partitions", owned}};
+  json instance{{"endpoint", st.ctx.instance},
+                {"self", true},
+                {"ready", local["ready"]},
+                {"version", local["version"]},
+                {"partitions", owned}};
   return json_response(200, {{"group", st.ctx.group},
                              {"group_state", group_state},
                              {"membership_version", version},
@@ -261,8 +264,12 @@ http::response merge_cluster(const state& st, const cluster_snapshot& snap, cons
   for (const auto& m : snap.members) {
     json parts = json::array();
     for (const auto& [t, p] : m.partitions) parts.push_back({{"topic", t}, {"partition", p}});
-    json inst{{"endpoint", m.endpoint}, {"member_id", m.member_id}, {"client_id", m.client_id}, {"host", m.host},
-              {"self", m.endpoint == st.ctx.instance}, {"partitions", parts}};
+    json inst{{"endpoint", m.endpoint},
+              {"member_id", m.member_id},
+              {"client_id", m.client_id},
+              {"host", m.host},
+              {"self", m.endpoint == st.ctx.instance},
+              {"partitions", parts}};
     auto it = views.find(m.endpoint);
     if (it != views.end() && it->second.contains("ready")) {
       inst["ready"] = it->second["ready"];
@@ -274,9 +281,10 @@ http::response merge_cluster(const state& st, const cluster_snapshot& snap, cons
     }
     instances.push_back(inst);
     for (const auto& [t, p] : m.partitions) {
-      json e{{"topic", t}, {"partition", p}, {"owner", m.endpoint},
-             {"standbys", ingest::standbys_for(snap, t, p, st.ctx.standby_replicas)},
-             {"position", nullptr}, {"high_watermark", nullptr}, {"lag", nullptr}, {"ready", nullptr}};
+      json e{{"topic", t},          {"partition", p},
+             {"owner", m.endpoint}, {"standbys", ingest::standbys_for(snap, t, p, st.ctx.standby_replicas)},
+             {"position", nullptr}, {"high_watermark", nullptr},
+             {"lag", nullptr},      {"ready", nullptr}};
       auto h = held.find({t, p});
       if (h != held.end())
         for (const char* k : {"position", "high_watermark", "lag", "ready"}) e[k] = h->second[k];

@@ -31,8 +31,9 @@ state::state(api_context c) : ctx(std::move(c)) {
                       .Register(*ctx.metrics);
     m_peer_requests = &prometheus::BuildCounter()
                            .Name("kstate_http_forwarded_requests_total")
-                           .Help("Requests sent to other instances (kind forward: a key's owner; part: an owner's "
-                                 "part of a range, batch, count or cluster view), by result")
+                           .Help(
+                               "Requests sent to other instances (kind forward: a key's owner; part: an owner's "
+                               "part of a range, batch, count or cluster view), by result")
                            .Register(*ctx.metrics);
   }
 }
@@ -134,8 +135,7 @@ void dispatcher::handle(const http::request& req, http::responder reply) {
     auto signer = st.signer();
     if (!signer)
       return finish(problem(failure_reason::not_caught_up,
-                            "this instance is starting and cannot check requests from other instances yet",
-                            req.path));
+                            "this instance is starting and cannot check requests from other instances yet", req.path));
     if (!signer->verify(req, peer_signer::now_ms()))
       return finish(problem(failure_reason::bad_peer,
                             "X-Kstate-Hop is for requests between instances of the group, signed with their "
@@ -157,7 +157,8 @@ void dispatcher::handle(const http::request& req, http::responder reply) {
     // The store's partition count, when the store exists and its metadata is known; an
     // unknown store is the handler's 404.
     int32_t partition_count = 0;
-    if (const auto* v = st.ctx.queries->find_store(c.store)) partition_count = st.ctx.ownership->partition_count(v->topic);
+    if (const auto* v = st.ctx.queries->find_store(c.store))
+      partition_count = st.ctx.ownership->partition_count(v->topic);
     auto bound = min_position_of(st, req, partition_count);
     if (!bound.ok()) return finish(std::move(bound).error());
     if (*bound) {
@@ -174,13 +175,13 @@ void dispatcher::run(const call& c, outcome o, const finish_fn& finish) {
       [&](auto&& plan) {
         using T = std::decay_t<decltype(plan)>;
         if constexpr (std::is_same_v<T, http::response>) {
-          finish(std::move(plan));
+          finish(std::forward<decltype(plan)>(plan));
         } else if constexpr (std::is_same_v<T, forward_plan>) {
-          forward(*st_, c, std::move(plan), finish);
+          forward(*st_, c, std::forward<decltype(plan)>(plan), finish);
         } else if constexpr (std::is_same_v<T, local_plan>) {
-          run_local(c, std::move(plan), finish);
+          run_local(c, std::forward<decltype(plan)>(plan), finish);
         } else {
-          run_gather(c, std::move(plan), finish);
+          run_gather(c, std::forward<decltype(plan)>(plan), finish);
         }
       },
       std::move(o));
@@ -203,13 +204,14 @@ http::response dispatcher::not_reached(const call& c, query::wait_outcome o, con
     case query::wait_outcome::reached:
     case query::wait_outcome::timed_out: break;
   }
-  auto body = problem_json(failure_reason::position_not_reached, "min_position was not applied within the timeout",
-                           c.path());
+  auto body =
+      problem_json(failure_reason::position_not_reached, "min_position was not applied within the timeout", c.path());
   position now;
   if (auto cur = st_->ctx.queries->current_position(c.store); cur.ok())
     now = cur.answer().filtered([&](int32_t p) { return bound.covers(p); });
   body["position"] = position_json(now);
-  return problem_response(failure_reason::position_not_reached, body).with_header("X-Kstate-Position", position_header(now));
+  return problem_response(failure_reason::position_not_reached, body)
+      .with_header("X-Kstate-Position", position_header(now));
 }
 
 void dispatcher::run_local(const call& c, local_plan plan, const finish_fn& finish) {
@@ -264,18 +266,20 @@ void dispatcher::run_gather(const call& c, gather_plan plan, const finish_fn& fi
   auto arrived = [self, c, g](std::size_t i, part_result r) {
     if (!g->add(i, std::move(r))) return;
     if (g->failure) return g->finish(std::move(*g->failure));
-    self->offload(c,
-                  [g] {
-                    std::vector<std::string> parts;
-                    parts.reserve(g->parts.size());
-                    for (auto& p : g->parts) parts.push_back(std::move(*p));
-                    return g->merge(std::move(parts));
-                  },
-                  g->finish);
+    self->offload(
+        c,
+        [g] {
+          std::vector<std::string> parts;
+          parts.reserve(g->parts.size());
+          for (auto& p : g->parts) parts.push_back(std::move(*p));
+          return g->merge(std::move(parts));
+        },
+        g->finish);
   };
   if (g->pending == 0) return arrived(0, std::string());  // cannot happen: a plan has a part
   for (std::size_t i = 0; i < plan.remote.size(); ++i)
-    send_part(*st_, c, plan.remote[i], [arrived, i, first_remote](part_result r) { arrived(first_remote + i, std::move(r)); });
+    send_part(*st_, c, plan.remote[i],
+              [arrived, i, first_remote](part_result r) { arrived(first_remote + i, std::move(r)); });
   if (!plan.local) return;
   // The local part, after its min_position wait, on a worker thread.
   auto local = [local = std::move(plan.local), arrived]() mutable { arrived(0, local()); };

@@ -85,23 +85,22 @@ void send_part(const state& st, const call& c, const peer_part& part, std::funct
   pr.headers.emplace_back("Accept", std::string(part_media_type));
   for (const auto& h : part.headers) pr.headers.push_back(h);
   const state* s = &st;
-  st.ctx.peers->send(part.endpoint, std::move(pr),
-                     [s, endpoint = part.endpoint, path = c.path(), done = std::move(done)](result<http::response> r) {
-                       count_peer_request(*s, "part", r.ok() && r->status == 200);
-                       if (!r.ok())
-                         return done(problem(failure_reason::not_owner,
-                                             "the owner at " + endpoint + " did not answer: " + r.error().message(),
-                                             path));
-                       if (r->status != 200) {
-                         // The owner's own refusal (catching up, position not reached...) answers the request.
-                         return done(from_owner(std::move(*r)));
-                       }
-                       if (r->content_type != part_media_type)
-                         return done(problem(failure_reason::internal,
-                                             "the owner at " + endpoint + " answered its part as " + r->content_type,
-                                             path));
-                       done(std::move(r->body));
-                     });
+  st.ctx.peers->send(
+      part.endpoint, std::move(pr),
+      [s, endpoint = part.endpoint, path = c.path(), done = std::move(done)](result<http::response> r) {
+        count_peer_request(*s, "part", r.ok() && r->status == 200);
+        if (!r.ok())
+          return done(problem(failure_reason::not_owner,
+                              "the owner at " + endpoint + " did not answer: " + r.error().message(), path));
+        if (r->status != 200) {
+          // The owner's own refusal (catching up, position not reached...) answers the request.
+          return done(from_owner(std::move(*r)));
+        }
+        if (r->content_type != part_media_type)
+          return done(problem(failure_reason::internal,
+                              "the owner at " + endpoint + " answered its part as " + r->content_type, path));
+        done(std::move(r->body));
+      });
 }
 
 }  // namespace kstate::server::api

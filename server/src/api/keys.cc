@@ -28,8 +28,7 @@ http::response not_held_problem(const call& c, const view_def& v, int32_t p) {
                    "a forwarded request reached an instance that does not own the partition; the group is rebalancing",
                    c.path());
   return problem(failure_reason::not_owner,
-                 "partition " + std::to_string(p) + " of '" + v.topic + "' is not assigned to this instance",
-                 c.path());
+                 "partition " + std::to_string(p) + " of '" + v.topic + "' is not assigned to this instance", c.path());
 }
 
 // The answer for one key, written straight into the body without a DOM and without
@@ -74,8 +73,8 @@ std::optional<http::response> stale_answer(const state& st, const call& c, const
   if (st.ctx.high_watermark)
     if (auto hw = st.ctx.high_watermark(v.topic, a.partition)) lag = std::max<int64_t>(0, *hw - pos);
   if (!a.value) {
-    auto body = problem_json(failure_reason::key_not_found, "no value for this key in this instance's stale copy",
-                             c.path());
+    auto body =
+        problem_json(failure_reason::key_not_found, "no value for this key in this instance's stale copy", c.path());
     body["partition"] = a.partition;
     body["position"] = position_json(a.pos);
     body["stale"] = true;
@@ -104,8 +103,8 @@ http::response read_key(const state& st, const call& c, const view_def& v, const
   const auto& a = res.answer();
   if (!a.value) {
     // The absence is as fresh as the position: say which.
-    auto body = problem_json(failure_reason::key_not_found, "no value for this key in store '" + c.store + "'",
-                             c.path());
+    auto body =
+        problem_json(failure_reason::key_not_found, "no value for this key in store '" + c.store + "'", c.path());
     body["partition"] = a.partition;
     body["position"] = position_json(a.pos);
     body["served_by"] = st.ctx.instance;
@@ -143,22 +142,20 @@ param<named_key> key_of(const state& st, const call& c) {
 outcome get_key(const state& st, const call& c) {
   auto k = key_of(st, c);
   if (!k.ok()) return std::move(k).error();
-  const view_def& v = *k->view;
+  const view_def& v = *k->view;  // NOLINT(clang-analyzer-core.uninitialized.Assign): k is ok here
   if (v.window) return windowed_store_problem(c, "/windows/{key}");
   const int32_t p = k->partition;
   const bool allow_stale = c.r().param("allow_stale") == "true";
   if (held_here(st, v.topic, p)) {
     // Only the key's partition matters to this answer.
-    return local_plan{bound_for(c, {p}), true,
-                      [&st, c, v = &v, key = std::move(k->key), p, allow_stale] {
+    return local_plan{bound_for(c, {p}), true, [&st, c, v = &v, key = std::move(k->key), p, allow_stale] {
                         return read_key(st, c, *v, key, p, allow_stale);
                       }};
   }
   if (!c.from_peer)
     if (auto owner = owner_of(st, v.topic, p)) {
       forward_plan f{*owner, {}};
-      if (allow_stale)
-        f.stale = [&st, c, v = &v, key = k->key, p] { return stale_answer(st, c, *v, key, p); };
+      if (allow_stale) f.stale = [&st, c, v = &v, key = k->key, p] { return stale_answer(st, c, *v, key, p); };
       return f;
     }
   if (allow_stale)
@@ -169,7 +166,7 @@ outcome get_key(const state& st, const call& c) {
 outcome key_windows(const state& st, const call& c) {
   auto k = key_of(st, c);
   if (!k.ok()) return std::move(k).error();
-  const view_def& v = *k->view;
+  const view_def& v = *k->view;  // NOLINT(clang-analyzer-core.uninitialized.Assign): k is ok here
   if (!v.window)
     return problem(failure_reason::bad_request,
                    "store '" + c.store + "' is not windowed; read its keys at /v1/stores/" + c.store + "/keys/{key}",
@@ -216,7 +213,7 @@ outcome key_windows(const state& st, const call& c) {
 outcome key_metadata(const state& st, const call& c) {
   auto k = key_of(st, c);
   if (!k.ok()) return std::move(k).error();
-  const view_def& v = *k->view;
+  const view_def& v = *k->view;  // NOLINT(clang-analyzer-core.uninitialized.Assign): k is ok here
   const int32_t p = k->partition;
   nlohmann::json owner = nullptr;
   uint64_t version = 0;
@@ -386,6 +383,7 @@ outcome batch_get(const state& st, const call& c) {
     distinct.push_back(batch_key{std::move(*d), std::move(key_text), loc->second});
   }
   std::vector<int32_t> parts;
+  parts.reserve(partitions.size());
   for (const auto& [p, _] : partitions) parts.push_back(p);
   auto where = place(st, c, v, parts);
   if (!where.ok()) return std::move(where).error();
@@ -441,7 +439,7 @@ outcome batch_get(const state& st, const call& c) {
     part.wait = wait;
     g.remote.push_back(std::move(part));
   }
-  g.merge = [&st, c, v = &v, shared_keys](std::vector<std::string> parts) {
+  g.merge = [&st, c, v = &v, shared_keys](const std::vector<std::string>& parts) {
     return merge_batch(st, c, *v, *shared_keys, parts);
   };
   return g;

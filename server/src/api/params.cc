@@ -82,8 +82,7 @@ param<uint32_t> limit_of(const state& st, const call& c) {
   if (!l) return st.ctx.limits.default_limit;
   auto v = parse_int(*l);
   if (!v || *v < 1 || *v > st.ctx.limits.max_limit)
-    return problem(failure_reason::bad_limit, "limit must be 1.." + std::to_string(st.ctx.limits.max_limit),
-                   c.path());
+    return problem(failure_reason::bad_limit, "limit must be 1.." + std::to_string(st.ctx.limits.max_limit), c.path());
   return static_cast<uint32_t>(*v);
 }
 
@@ -147,10 +146,10 @@ param<std::optional<std::vector<int32_t>>> partitions_of(const call& c, int32_t 
     auto comma = s.find(',');
     auto v = parse_int(s.substr(0, comma));
     if (!v || *v < 0 || *v >= partition_count || !seen.insert(static_cast<int32_t>(*v)).second)
-      return problem(failure_reason::bad_request,
-                     "partitions must list distinct partitions of the topic (0.." +
-                         std::to_string(partition_count - 1) + ")",
-                     c.path());
+      return problem(
+          failure_reason::bad_request,
+          "partitions must list distinct partitions of the topic (0.." + std::to_string(partition_count - 1) + ")",
+          c.path());
     out.push_back(static_cast<int32_t>(*v));
     if (comma == std::string_view::npos) break;
     s.remove_prefix(comma + 1);

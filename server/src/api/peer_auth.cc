@@ -35,8 +35,7 @@ int64_t peer_signer::now_ms() {
       .count();
 }
 
-std::string peer_signer::mac(int64_t t, std::string_view method, std::string_view target,
-                             std::string_view body) const {
+std::string peer_signer::mac(int64_t t, std::string_view method, std::string_view target, std::string_view body) const {
   unsigned char body_hash[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(body.data()), body.size(), body_hash);
   std::string msg = "v1\n" + std::to_string(t) + "\n";

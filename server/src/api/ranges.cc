@@ -143,7 +143,8 @@ http::response merge_pages(const state& st, const call& c, const range_request& 
   std::vector<std::string_view> entries;
   std::size_t bytes = 0;
   for (const auto& e : all) {
-    if (entries.size() == rr.limit || (!entries.empty() && bytes + e.entry_json.size() > st.ctx.limits.max_response_bytes)) {
+    if (entries.size() == rr.limit ||
+        (!entries.empty() && bytes + e.entry_json.size() > st.ctx.limits.max_response_bytes)) {
       more = true;
       break;
     }
@@ -183,8 +184,11 @@ param<range_request> range_request_of(const state& st, const call& c, bool windo
   rr.q.store = c.store;
   auto fmt = key_format_of(c, v);
   if (!fmt.ok()) return std::move(fmt).error();
-  const auto names = windowed_route ? std::vector<std::pair<const char*, std::optional<std::string>*>>{{"key_from", &rr.q.from}, {"key_to", &rr.q.to}}
-                                    : std::vector<std::pair<const char*, std::optional<std::string>*>>{{"from", &rr.q.from}, {"to", &rr.q.to}, {"prefix", &rr.q.prefix}};
+  const auto names = windowed_route
+                         ? std::vector<std::pair<const char*, std::optional<std::string>*>>{{"key_from", &rr.q.from},
+                                                                                            {"key_to", &rr.q.to}}
+                         : std::vector<std::pair<const char*, std::optional<std::string>*>>{
+                               {"from", &rr.q.from}, {"to", &rr.q.to}, {"prefix", &rr.q.prefix}};
   for (auto [name, field] : names) {
     if (auto text = c.r().param(name)) {
       auto k = decode_key(st, c, *fmt, *text, name);
@@ -233,7 +237,8 @@ param<range_request> range_request_of(const state& st, const call& c, bool windo
 
 // A page (or a peer's part of one), local or gathered. `cheap`: a page of keys is
 // bounded by its limit; a page of windows may skip many stored windows: a worker's job.
-outcome page_outcome(const state& st, const call& c, std::shared_ptr<const range_request> rr, media m, bool cheap) {
+outcome page_outcome(const state& st, const call& c, const std::shared_ptr<const range_request>& rr, media m,
+                     bool cheap) {
   auto where = place(st, c, *rr->view, rr->partitions);
   if (!where.ok()) return std::move(where).error();
   if (m == media::part) {
@@ -271,7 +276,7 @@ outcome page_outcome(const state& st, const call& c, std::shared_ptr<const range
   }
   for (const auto& [endpoint, parts] : where->remote)
     g.remote.push_back(page_part_request(c, *rr, endpoint, parts, rr->limit));
-  g.merge = [&st, c, rr](std::vector<std::string> parts) { return merge_pages(st, c, *rr, parts); };
+  g.merge = [&st, c, rr](const std::vector<std::string>& parts) { return merge_pages(st, c, *rr, parts); };
   return g;
 }
 
@@ -337,8 +342,7 @@ class local_scan_source final : public http::body_source {
 // request per other owner) and merged, asked for only once the previous piece is on
 // the wire. An owner that fails ends the stream early (the client sees it truncated,
 // without the final chunk).
-class cluster_scan_source final : public http::body_source,
-                                  public std::enable_shared_from_this<cluster_scan_source> {
+class cluster_scan_source final : public http::body_source, public std::enable_shared_from_this<cluster_scan_source> {
  public:
   cluster_scan_source(std::shared_ptr<const state> st, call c, range_request rr, placement where,
                       std::shared_ptr<scan_slot> slot)
@@ -417,8 +421,8 @@ class cluster_scan_source final : public http::body_source,
   bool first_ = true;
 };
 
-outcome cluster_scan(const state& st, const call& c, std::shared_ptr<const range_request> rr, placement where,
-                     std::shared_ptr<scan_slot> slot) {
+outcome cluster_scan(const state& st, const call& c, const std::shared_ptr<const range_request>& rr,
+                     const placement& where, const std::shared_ptr<scan_slot>& slot) {
   // The partitions held here reach the caller's min_position before the stream starts;
   // the other owners wait for theirs when asked for the first piece.
   return local_plan{bound_for(c, where.local), true, [&st, c, rr, where, slot] {
@@ -506,7 +510,7 @@ outcome range(const state& st, const call& c) {
                         return r;
                       }};
   }
-  return cluster_scan(st, c, rr, std::move(*where), slot);
+  return cluster_scan(st, c, rr, *where, slot);
 }
 
 outcome windows_range(const state& st, const call& c) {
@@ -564,7 +568,7 @@ outcome count(const state& st, const call& c) {
     part.target = c.path() + "?partitions=" + partition_list(ps) + wait_params(c, ps, part.wait);
     g.remote.push_back(std::move(part));
   }
-  g.merge = [&st, c](std::vector<std::string> parts) { return merge_counts(st, c, parts); };
+  g.merge = [&st, c](const std::vector<std::string>& parts) { return merge_counts(st, c, parts); };
   return g;
 }
 

@@ -18,8 +18,8 @@ std::string position_header(const position& p) {
   return out;
 }
 
-void append_entry(std::string& out, const view_def& v, std::string_view key, std::string_view value,
-                  int32_t partition, int64_t offset) {
+void append_entry(std::string& out, const view_def& v, std::string_view key, std::string_view value, int32_t partition,
+                  int64_t offset) {
   out += "{\"key\":";
   append_rendered_key(out, v.key_format, key);
   out += ",\"offset\":";

@@ -30,8 +30,8 @@ namespace kstate::server::api {
 std::string position_header(const position& p);
 
 // {"key":..,"offset":..,"partition":..,"value":..}: one stored entry.
-void append_entry(std::string& out, const view_def& v, std::string_view key, std::string_view value,
-                  int32_t partition, int64_t offset);
+void append_entry(std::string& out, const view_def& v, std::string_view key, std::string_view value, int32_t partition,
+                  int64_t offset);
 
 // One window of a windowed store: {"end","end_time",["key"],"offset",["partition"],
 // "start","start_time","value"}; `key` and `partition` only in lists across keys.

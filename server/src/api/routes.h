@@ -29,7 +29,7 @@ struct route {
   std::set<std::string> params;      // query parameters a client may give
   // Query parameters only another instance may give (DESIGN.md invariant 10).
   std::set<std::string> internal_params;
-  bool waits = false;                // takes min_position / timeout_ms
+  bool waits = false;  // takes min_position / timeout_ms
   handler_fn fn = nullptr;
   access need = access::store;
 

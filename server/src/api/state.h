@@ -55,7 +55,6 @@ struct state : std::enable_shared_from_this<state> {
  private:
   mutable std::atomic<std::shared_ptr<const peer_signer>> signer_;  // made from ctx.secret when it appears
  public:
-
   // True when requests can be sent to other instances: a group to ask, a client to
   // ask with, and a secret to sign with.
   bool forwarding() const { return ctx.membership && ctx.peers && signer(); }
@@ -69,8 +68,8 @@ struct state : std::enable_shared_from_this<state> {
 // itself is shared).
 struct call {
   std::shared_ptr<const http::request> req;
-  std::string store;  // {store} capture, percent-decoded; empty when the route has none
-  std::string key;    // {key} capture
+  std::string store;                     // {store} capture, percent-decoded; empty when the route has none
+  std::string key;                       // {key} capture
   std::shared_ptr<const principal> who;  // the caller, when tokens are on and it is not a peer
   // Signed by another instance of the group: internal parameters allowed, never
   // forwarded again.

@@ -45,7 +45,7 @@ class worker_pool {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::function<void()>> tasks;  // guarded by mu
-    bool stopping = false;                     // guarded by mu
+    bool stopping = false;                    // guarded by mu
   };
   static void run(std::shared_ptr<queue> q);
 

@@ -127,32 +127,32 @@ class write_batch {
 // RocksDB's view of one column family (the properties Kafka Streams reports per store,
 // KIP-471).
 struct view_stats {
-  uint64_t estimated_keys = 0;           // rocksdb.estimate-num-keys
-  uint64_t live_sst_bytes = 0;           // rocksdb.live-sst-files-size
-  uint64_t total_sst_bytes = 0;          // rocksdb.total-sst-files-size
-  uint64_t memtable_bytes = 0;           // rocksdb.cur-size-all-mem-tables
-  uint64_t pending_compaction_bytes = 0; // rocksdb.estimate-pending-compaction-bytes
-  uint64_t running_compactions = 0;      // rocksdb.num-running-compactions (whole DB)
-  uint64_t running_flushes = 0;          // rocksdb.num-running-flushes (whole DB)
-  uint64_t expired_windows = 0;          // windowed views: windows deleted by retention since open
+  uint64_t estimated_keys = 0;            // rocksdb.estimate-num-keys
+  uint64_t live_sst_bytes = 0;            // rocksdb.live-sst-files-size
+  uint64_t total_sst_bytes = 0;           // rocksdb.total-sst-files-size
+  uint64_t memtable_bytes = 0;            // rocksdb.cur-size-all-mem-tables
+  uint64_t pending_compaction_bytes = 0;  // rocksdb.estimate-pending-compaction-bytes
+  uint64_t running_compactions = 0;       // rocksdb.num-running-compactions (whole DB)
+  uint64_t running_flushes = 0;           // rocksdb.num-running-flushes (whole DB)
+  uint64_t expired_windows = 0;           // windowed views: windows deleted by retention since open
 };
 
 // Whole-database figures.
 struct db_stats {
   uint64_t block_cache_capacity = 0;
-  uint64_t block_cache_usage = 0;        // includes memtables charged to the cache
+  uint64_t block_cache_usage = 0;  // includes memtables charged to the cache
   uint64_t block_cache_pinned = 0;
-  uint64_t block_cache_hits = 0;         // cumulative
-  uint64_t block_cache_misses = 0;       // cumulative
-  uint64_t write_stall_micros = 0;       // cumulative time writes were stalled
-  uint64_t background_errors = 0;        // rocksdb.background-errors
-  uint64_t bytes_written = 0;            // cumulative
-  uint64_t bytes_read = 0;               // cumulative
+  uint64_t block_cache_hits = 0;    // cumulative
+  uint64_t block_cache_misses = 0;  // cumulative
+  uint64_t write_stall_micros = 0;  // cumulative time writes were stalled
+  uint64_t background_errors = 0;   // rocksdb.background-errors
+  uint64_t bytes_written = 0;       // cumulative
+  uint64_t bytes_read = 0;          // cumulative
 };
 
 struct get_result {
-  std::optional<std::string> value;   // nullopt: key absent
-  std::optional<int64_t> position;    // the partition's position, read at the same point
+  std::optional<std::string> value;  // nullopt: key absent
+  std::optional<int64_t> position;   // the partition's position, read at the same point
 };
 
 // Iterates one partition's keys of one view within bounds, in key byte order (or its
@@ -161,10 +161,10 @@ class partition_iterator {
  public:
   virtual ~partition_iterator() = default;
   virtual bool valid() const = 0;
-  virtual std::string_view key() const = 0;    // the record key, without the partition prefix
+  virtual std::string_view key() const = 0;  // the record key, without the partition prefix
   virtual std::string_view value() const = 0;
-  virtual void next() = 0;                     // towards the end of the iteration order
-  virtual status error() const = 0;            // non-ok when iteration stopped on an error
+  virtual void next() = 0;           // towards the end of the iteration order
+  virtual status error() const = 0;  // non-ok when iteration stopped on an error
 };
 
 // How a scan uses the shared block cache. A page (a bounded read, such as one page of a
@@ -186,8 +186,7 @@ class snapshot {
       view_id view, const std::vector<std::pair<int32_t, std::string>>& keys) const = 0;
   // Keys k of `partition` with lower <= k < upper (a missing bound is open), ascending,
   // or descending when `descending`.
-  virtual std::unique_ptr<partition_iterator> scan(view_id view, int32_t partition,
-                                                   std::optional<std::string> lower,
+  virtual std::unique_ptr<partition_iterator> scan(view_id view, int32_t partition, std::optional<std::string> lower,
                                                    std::optional<std::string> upper, bool descending,
                                                    scan_use use) const = 0;
 };

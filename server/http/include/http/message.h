@@ -15,14 +15,14 @@
 namespace kstate::http {
 
 struct request {
-  std::string method;                         // "GET", "POST", ...
-  std::string target;                         // raw request target, e.g. "/v1/stores/a%2Fb/keys/x?key_format=string"
-  std::string path;                           // raw (still percent-encoded) path part of target
-  std::vector<std::string> segments;          // path segments, percent-decoded (may contain '/', NUL)
-  std::multimap<std::string, std::string> query;  // decoded query parameters, in order of appearance
+  std::string method;                 // "GET", "POST", ...
+  std::string target;                 // raw request target, e.g. "/v1/stores/a%2Fb/keys/x?key_format=string"
+  std::string path;                   // raw (still percent-encoded) path part of target
+  std::vector<std::string> segments;  // path segments, percent-decoded (may contain '/', NUL)
+  std::multimap<std::string, std::string> query;             // decoded query parameters, in order of appearance
   std::vector<std::pair<std::string, std::string>> headers;  // as received; names lower-cased
   std::string body;
-  std::string request_id;                     // X-Request-Id from the client, or generated
+  std::string request_id;  // X-Request-Id from the client, or generated
 
   // First value of a header (name compared case-insensitively), if present.
   std::optional<std::string> header(std::string_view name) const;

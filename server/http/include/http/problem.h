@@ -19,8 +19,7 @@ namespace kstate::http {
 // place. Statuses 503 carry Retry-After: `retry_after_s`.
 response problem(unsigned status, std::string_view type, std::string_view title, std::string_view detail,
                  std::string_view instance = {},
-                 std::initializer_list<std::pair<std::string_view, int64_t>> int_members = {},
-                 int retry_after_s = 1);
+                 std::initializer_list<std::pair<std::string_view, int64_t>> int_members = {}, int retry_after_s = 1);
 
 // Requests the server answers by itself, without calling the handler.
 enum class server_error {
