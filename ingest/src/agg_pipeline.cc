@@ -12,6 +12,7 @@
 
 #include "core/value_codec.h"
 #include "ingest/partitioner.h"
+#include "metrics.h"
 
 namespace kstate::ingest {
 
@@ -53,24 +54,15 @@ result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& 
   }
   p->murmur2_ = *make_partitioner("murmur2");
   if (metrics) {
-    p->m_restored_ = &prometheus::BuildCounter()
-                          .Name("kstate_restore_records_total")
-                          .Help("Changelog records applied to a local store (restores)")
-                          .Register(*metrics);
-    p->m_late_ = &prometheus::BuildCounter()
-                      .Name("kstate_ingest_late_records_total")
-                      .Help("Records of windowed stores dropped because every window they fall in had closed")
-                      .Register(*metrics);
-    p->m_txn_ = &prometheus::BuildCounter()
-                     .Name("kstate_ingest_transactions_total")
-                     .Help("Aggregate batches made durable in Kafka, by outcome")
-                     .Register(*metrics);
-    p->m_future_ = &prometheus::BuildCounter()
-                        .Name("kstate_ingest_future_records_total")
-                        .Help(
-                            "Records of windowed stores rejected because their event time was more than "
-                            "window.max_future ahead of the clock")
-                        .Register(*metrics);
+    p->m_restored_ = &counter_family(*metrics, "kstate_restore_records_total",
+                                     "Changelog records applied to a local store (restores)");
+    p->m_late_ = &counter_family(*metrics, "kstate_ingest_late_records_total",
+                                 "Records of windowed stores dropped because every window they fall in had closed");
+    p->m_txn_ = &counter_family(*metrics, "kstate_ingest_transactions_total",
+                                "Aggregate batches made durable in Kafka, by outcome");
+    p->m_future_ = &counter_family(*metrics, "kstate_ingest_future_records_total",
+                                   "Records of windowed stores rejected because their event time was more than "
+                                   "window.max_future ahead of the clock");
   }
   return p;
 }

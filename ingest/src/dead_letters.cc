@@ -1,6 +1,7 @@
 #include "dead_letters.h"
 
 #include "kafka_common.h"
+#include "metrics.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -134,20 +135,13 @@ dead_letter_sender::dead_letter_sender(const ingest_config& cfg, error_fn on_err
                                        ingest_stats& stats, prometheus::Registry* metrics)
     : cfg_(cfg), on_error_(std::move(on_error)), keep_trying_(std::move(keep_trying)), stats_(stats) {
   if (metrics) {
-    m_dead_lettered_ = &prometheus::BuildCounter()
-                            .Name("kstate_ingest_records_dead_lettered_total")
-                            .Help("Rejected records delivered to a dead-letter topic (whole or as an envelope)")
-                            .Register(*metrics);
-    m_truncated_ = &prometheus::BuildCounter()
-                        .Name("kstate_ingest_dead_letters_truncated_total")
-                        .Help(
-                            "Dead letters delivered as a bounded envelope because the whole record could not be "
-                            "produced, by why")
-                        .Register(*metrics);
-    m_failed_ = &prometheus::BuildCounter()
-                     .Name("kstate_ingest_dead_letters_failed_total")
-                     .Help("Dead letters that could not be delivered, not even as an envelope, by why")
-                     .Register(*metrics);
+    m_dead_lettered_ = &counter_family(*metrics, "kstate_ingest_records_dead_lettered_total",
+                                       "Rejected records delivered to a dead-letter topic (whole or as an envelope)");
+    m_truncated_ = &counter_family(*metrics, "kstate_ingest_dead_letters_truncated_total",
+                                   "Dead letters delivered as a bounded envelope because the whole record could not be "
+                                   "produced, by why");
+    m_failed_ = &counter_family(*metrics, "kstate_ingest_dead_letters_failed_total",
+                                "Dead letters that could not be delivered, not even as an envelope, by why");
   }
 }
 

@@ -18,6 +18,7 @@
 #include "core/guard.h"
 #include "dead_letters.h"
 #include "ingest/batch_builder.h"
+#include "metrics.h"
 
 namespace kstate::ingest {
 
@@ -443,38 +444,21 @@ engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, 
   impl_->notifier = notifier;
   impl_->metrics = metrics;
   if (metrics) {
-    impl_->m_consumed = &prometheus::BuildCounter()
-                             .Name("kstate_ingest_records_consumed_total")
-                             .Help("Records consumed from source topics")
-                             .Register(*metrics);
-    impl_->m_consumed_bytes = &prometheus::BuildCounter()
-                                   .Name("kstate_ingest_bytes_consumed_total")
-                                   .Help("Key and value bytes consumed from source topics")
-                                   .Register(*metrics);
-    impl_->m_invalid = &prometheus::BuildCounter()
-                            .Name("kstate_ingest_records_invalid_total")
-                            .Help("Records rejected by a view (malformed)")
-                            .Register(*metrics);
-    impl_->m_applied = &prometheus::BuildCounter()
-                            .Name("kstate_ingest_records_applied_total")
-                            .Help("Records applied to a store")
-                            .Register(*metrics);
+    impl_->m_consumed =
+        &counter_family(*metrics, "kstate_ingest_records_consumed_total", "Records consumed from source topics");
+    impl_->m_consumed_bytes = &counter_family(*metrics, "kstate_ingest_bytes_consumed_total",
+                                              "Key and value bytes consumed from source topics");
+    impl_->m_invalid =
+        &counter_family(*metrics, "kstate_ingest_records_invalid_total", "Records rejected by a view (malformed)");
+    impl_->m_applied = &counter_family(*metrics, "kstate_ingest_records_applied_total", "Records applied to a store");
     impl_->m_batch_records =
-        &prometheus::BuildHistogram()
-             .Name("kstate_ingest_batch_records")
-             .Help("Records per applied batch (one RocksDB write)")
-             .Register(*metrics)
-             .Add({}, prometheus::Histogram::BucketBoundaries{1, 10, 100, 1000, 5000, 10000, 50000});
-    impl_->m_apply_seconds =
-        &prometheus::BuildHistogram()
-             .Name("kstate_ingest_apply_duration_seconds")
-             .Help("Time to apply one batch (dead letters + RocksDB write)")
-             .Register(*metrics)
-             .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1});
-    impl_->m_rebalances = &prometheus::BuildCounter()
-                               .Name("kstate_ingest_rebalances_total")
-                               .Help("Assignment changes of this instance")
-                               .Register(*metrics);
+        &unlabelled_histogram(*metrics, "kstate_ingest_batch_records", "Records per applied batch (one RocksDB write)",
+                              prometheus::Histogram::BucketBoundaries{1, 10, 100, 1000, 5000, 10000, 50000});
+    impl_->m_apply_seconds = &unlabelled_histogram(
+        *metrics, "kstate_ingest_apply_duration_seconds", "Time to apply one batch (dead letters + RocksDB write)",
+        prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1});
+    impl_->m_rebalances =
+        &counter_family(*metrics, "kstate_ingest_rebalances_total", "Assignment changes of this instance");
   }
 }
 

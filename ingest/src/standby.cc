@@ -18,6 +18,7 @@
 #include "batch_loop.h"
 #include "core/guard.h"
 #include "ingest/batch_builder.h"
+#include "metrics.h"
 
 namespace kstate::ingest {
 namespace {
@@ -254,10 +255,8 @@ standby_engine::standby_engine(ingest_config cfg, std::vector<view_def> views, s
     : impl_(std::make_unique<impl>(std::move(cfg), std::move(views), db, ownership, membership,
                                    std::move(self_endpoint), replicas, notifier)) {
   if (metrics)
-    impl_->m_failures = &prometheus::BuildCounter()
-                             .Name("kstate_standby_failures_total")
-                             .Help("Times the standby copies stopped on an error (kept again after a restart)")
-                             .Register(*metrics)
+    impl_->m_failures = &counter_family(*metrics, "kstate_standby_failures_total",
+                                        "Times the standby copies stopped on an error (kept again after a restart)")
                              .Add({});
 }
 
