@@ -198,37 +198,33 @@ bool append_canonical_json(std::string& out, std::string_view doc) {
   return true;
 }
 
-void append_rendered_value(std::string& out, data_format f, std::string_view bytes) {
+namespace {
+// Values and keys render alike but for bytes: a value's bytes are base64 (the body of a
+// JSON document), a key's are base64url, so that the rendered key can be put in a URL as is.
+void append_rendered(std::string& out, data_format f, std::string_view bytes, std::string (*encode)(std::string_view)) {
   switch (f) {
     case data_format::json:
-      // Validated at ingest; embedded as JSON.
+      // Validated at ingest (values) or at parse (keys); embedded as JSON.
       if (!append_canonical_json(out, bytes))
         append_dumped(out, json::parse(bytes.begin(), bytes.end(), nullptr, false));
       return;
     case data_format::string: return append_json_string(out, bytes);
     case data_format::bytes:
       out += '"';
-      out += query::base64_encode(bytes);
+      out += encode(bytes);
       out += '"';
       return;
   }
   out += "null";
 }
+}  // namespace
+
+void append_rendered_value(std::string& out, data_format f, std::string_view bytes) {
+  append_rendered(out, f, bytes, query::base64_encode);
+}
 
 void append_rendered_key(std::string& out, data_format f, std::string_view bytes) {
-  switch (f) {
-    case data_format::json:
-      if (!append_canonical_json(out, bytes))
-        append_dumped(out, json::parse(bytes.begin(), bytes.end(), nullptr, false));
-      return;
-    case data_format::string: return append_json_string(out, bytes);
-    case data_format::bytes:
-      out += '"';
-      out += query::base64url_encode(bytes);
-      out += '"';
-      return;
-  }
-  out += "null";
+  append_rendered(out, f, bytes, query::base64url_encode);
 }
 
 void append_int(std::string& out, int64_t v) {
