@@ -266,6 +266,33 @@ struct running_async_server {
   std::unique_ptr<server> instance;
 };
 
+// A server whose handler keeps the responder of the request it receives, for the test
+// to answer (or drop) later. Members are destroyed server first, so a responder still
+// held then outlives the server.
+struct holding_server {
+  explicit holding_server(server_config cfg)
+      : srv(std::move(cfg), [this](const request&, responder reply) {
+          std::lock_guard lk(mu);
+          held = std::move(reply);
+        }) {}
+  // True once a request arrived and its responder is held.
+  bool wait_held() {
+    return wait_for(
+        [&] {
+          std::lock_guard lk(mu);
+          return static_cast<bool>(held);
+        },
+        2s);
+  }
+  void reply(response r) {
+    std::lock_guard lk(mu);
+    held(std::move(r));
+  }
+  std::mutex mu;
+  responder held;
+  running_async_server srv;
+};
+
 }  // namespace
 
 TEST_CASE("async: a reply from another thread 200 ms later reaches the client") {
@@ -371,28 +398,17 @@ TEST_CASE("async: a handler that throws before replying yields a 500; a reply be
 TEST_CASE("async: a reply arriving during stop() is delivered, then the connection closes") {
   server_config cfg;
   cfg.shutdown_grace = 5s;
-  std::mutex mu;
-  responder held;
-  running_async_server srv(cfg, [&](const request&, responder reply) {
-    std::lock_guard lk(mu);
-    held = std::move(reply);
-  });
-  wire_client c(srv.port());
+  holding_server h(cfg);
+  wire_client c(h.srv.port());
   REQUIRE(!c.send(get("/wait")));
-  REQUIRE(wait_for(
-      [&] {
-        std::lock_guard lk(mu);
-        return static_cast<bool>(held);
-      },
-      2s));
+  REQUIRE(h.wait_held());
 
   std::thread replier([&] {
     std::this_thread::sleep_for(150ms);
-    std::lock_guard lk(mu);
-    held(text("just in time"));
+    h.reply(text("just in time"));
   });
   const auto t0 = std::chrono::steady_clock::now();
-  srv.instance->stop();
+  h.srv.instance->stop();
   const auto elapsed = std::chrono::steady_clock::now() - t0;
   replier.join();
   CHECK(elapsed >= 100ms);
@@ -407,23 +423,13 @@ TEST_CASE("async: a reply arriving during stop() is delivered, then the connecti
 TEST_CASE("async: a reply still pending does not hold stop() beyond shutdown_grace; a late reply is dropped") {
   server_config cfg;
   cfg.shutdown_grace = 300ms;
-  std::mutex mu;
-  responder held;
-  running_async_server srv(cfg, [&](const request&, responder reply) {
-    std::lock_guard lk(mu);
-    held = std::move(reply);
-  });
-  wire_client c(srv.port());
+  holding_server h(cfg);
+  wire_client c(h.srv.port());
   REQUIRE(!c.send(get("/never")));
-  REQUIRE(wait_for(
-      [&] {
-        std::lock_guard lk(mu);
-        return static_cast<bool>(held);
-      },
-      2s));
+  REQUIRE(h.wait_held());
 
   const auto t0 = std::chrono::steady_clock::now();
-  srv.instance->stop();
+  h.srv.instance->stop();
   const auto elapsed = std::chrono::steady_clock::now() - t0;
   CHECK(elapsed >= 250ms);
   CHECK(elapsed < 2s);
@@ -432,31 +438,21 @@ TEST_CASE("async: a reply still pending does not hold stop() beyond shutdown_gra
   CHECK(raw.empty());
 
   // Late replies, while the server object exists and after it is gone: both dropped.
-  held(text("too late"));
-  srv.instance.reset();
-  held(text("much too late"));
-  held = nullptr;
+  h.reply(text("too late"));
+  h.srv.instance.reset();
+  h.reply(text("much too late"));
+  h.held = nullptr;
 }
 
 TEST_CASE("async: the responder may outlive the server uncalled") {
   server_config cfg;
   cfg.shutdown_grace = 100ms;
-  std::mutex mu;
-  responder held;
+  holding_server h(cfg);
   {
-    running_async_server srv(cfg, [&](const request&, responder reply) {
-      std::lock_guard lk(mu);
-      held = std::move(reply);
-    });
-    wire_client c(srv.port());
+    wire_client c(h.srv.port());
     REQUIRE(!c.send(get("/x")));
-    REQUIRE(wait_for(
-        [&] {
-          std::lock_guard lk(mu);
-          return static_cast<bool>(held);
-        },
-        2s));
+    REQUIRE(h.wait_held());
   }
-  std::lock_guard lk(mu);
-  held = nullptr;  // destroyed uncalled after the server: must not touch it
+  h.srv.instance.reset();
+  h.held = nullptr;  // destroyed uncalled after the server: must not touch it
 }
