@@ -123,10 +123,16 @@ query_result<window_answer> engine::windows(const window_query& q) const {
   if (lowest >= q.to) return R::success(std::move(a));
   auto it = snap->scan(vid, partition, encode_windowed_key(q.key, lowest), encode_windowed_key(q.key, q.to), false,
                        storage::scan_use::page);
+  std::size_t bytes = 0;
   for (; it->valid(); it->next()) {
     auto wk = decode_windowed_key(it->key());
     auto f = unframe_value(it->value());
     if (!wk || !f) return R::fail(failure_reason::store_exception, "stored window is malformed");
+    bytes += f->value.size();
+    if (bytes > q.max_bytes) {
+      a.truncated = true;
+      break;
+    }
     a.windows.push_back(window_entry{wk->start, window_end(wk->start, w.size_ms), std::string(f->value), f->offset});
   }
   if (auto e = it->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
@@ -156,37 +162,35 @@ query_result<key_answer> engine::read_key(storage::view_id view, int32_t partiti
 
 query_result<key_answer> engine::get_stale(const key_query& q) const {
   using R = query_result<key_answer>;
-  auto loc = locate(q.store, q.key);
-  if (!loc) return R::fail(failure_reason::not_up_to_date, "partition count not known yet");
-  auto vid = db_.find_view(find_store(q.store)->name);
-  return read_key(*vid, loc->second, q.key, true);
+  const auto* view = find_store(q.store);
+  if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
+  auto vid = db_.find_view(view->name);
+  if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
+  std::optional<int32_t> partition = q.partition;
+  if (!partition) {
+    auto loc = locate(q.store, q.key);
+    if (!loc) return R::fail(failure_reason::not_up_to_date, "partition count not known yet");
+    partition = loc->second;
+  }
+  return read_key(*vid, *partition, q.key, true);
 }
 
-query_result<batch_answer> engine::get_many(std::string_view store, const std::vector<std::string>& keys) const {
+query_result<batch_answer> engine::get_many(std::string_view store,
+                                            const std::vector<std::pair<int32_t, std::string>>& located) const {
   using R = query_result<batch_answer>;
   const auto* view = find_store(store);
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
   auto vid = db_.find_view(view->name);
-  auto part_fn = partitioners_.find(view->name);
-  if (!vid || part_fn == partitioners_.end()) return R::fail(failure_reason::store_exception, "store is not open");
-  int32_t count = ownership_.partition_count(view->topic);
-  if (count <= 0)
-    return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
-
-  std::vector<std::pair<int32_t, std::string>> located;
-  located.reserve(keys.size());
-  for (const auto& k : keys) {
-    int32_t p = part_fn->second(k, count);
+  if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
+  for (const auto& [p, k] : located)
     if (auto f = require_partition<batch_answer>(*view, p)) return *f;
-    located.emplace_back(p, k);
-  }
   auto snap = db_.read_snapshot();
   auto values = snap->multi_get(*vid, located);
   if (!values.ok()) return R::fail(failure_reason::store_exception, values.error().to_string());
   batch_answer a;
-  a.entries.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    batch_entry e{keys[i], std::nullopt, -1, located[i].first};
+  a.entries.reserve(located.size());
+  for (size_t i = 0; i < located.size(); ++i) {
+    batch_entry e{located[i].second, std::nullopt, -1, located[i].first};
     if ((*values)[i]) {
       auto f = unframe_value(*(*values)[i]);
       if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -34,6 +35,7 @@ constexpr int max_limit = 100;
 constexpr int max_batch_keys = 50;
 constexpr int max_header_bytes = 4096;
 constexpr int max_body_bytes = 65536;
+constexpr int max_waiting = 3;
 
 int connect_to(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -172,7 +174,8 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
                 "http.max_header_bytes=" + std::to_string(max_header_bytes), "--set",
                 "http.max_body_bytes=" + std::to_string(max_body_bytes), "--set",
                 "query.max_limit=" + std::to_string(max_limit), "--set",
-                "query.max_batch_keys=" + std::to_string(max_batch_keys)});
+                "query.max_batch_keys=" + std::to_string(max_batch_keys), "--set",
+                "query.max_waiting_requests=" + std::to_string(max_waiting)});
   b.extra_args({"--set", "http.max_target_bytes=1048576", "--set", "http.max_header_bytes=2097152"});
   a.start();
   b.start();
@@ -506,6 +509,35 @@ TEST_CASE("hostile requests get their documented answers; both instances stay up
     CHECK(refused >= static_cast<uint64_t>(busy));  // each 503 is a counted refusal
     CHECK(served + refused <= fds.size());          // a refused connection is never served
     CHECK(served + busy + closed == static_cast<int>(fds.size()));
+  }
+
+  // A flood of min_position waits for a position nobody will reach: max_waiting park
+  // until their timeout (503 50304), every other one is refused at once (503 50307),
+  // each with Retry-After.
+  {
+    const int flood = 2 * max_waiting;
+    // A partition a holds: the wait happens on its owner.
+    auto described = http_client(pa).get("/v1/stores/s");
+    REQUIRE(described);
+    REQUIRE(described->status == 200);
+    const auto held = described->body_json()["position"];
+    REQUIRE_FALSE(held.empty());
+    const std::string wait = "GET /v1/stores/s/count?min_position=" + held.begin().key() +
+                             ":1000000&timeout_ms=3000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    std::vector<std::future<exchange>> sent;
+    for (int i = 0; i < flood; ++i) sent.push_back(std::async(std::launch::async, [&] { return send_raw(pa, wait); }));
+    int parked = 0, refused = 0;
+    for (auto& f : sent) {
+      auto got = responses(f.get().data);
+      REQUIRE(got.size() == 1);
+      CHECK(got[0].headers.count("retry-after") == 1);
+      const int code = json::parse(got[0].body, nullptr, false).value("error_code", 0);
+      if (code == 50304) ++parked;
+      else if (code == 50307) ++refused;
+      else FAIL("unexpected answer " << got[0].status << " " << got[0].body);
+    }
+    CHECK(parked <= max_waiting);
+    CHECK(refused >= flood - max_waiting);
   }
 
   // Slow clients are cut off at read_timeout (1 s on a): one that sends its header a

@@ -176,7 +176,9 @@ TEST_CASE("count, batch get and positions") {
   REQUIRE(approx.ok());
   CHECK_FALSE(approx.answer().exact);
 
-  std::vector<std::string> keys{f.model.begin()->first, "\xff\xff\xff\xff\xff\xff\xff-absent"};
+  std::vector<std::pair<int32_t, std::string>> keys;
+  for (std::string k : {f.model.begin()->first, std::string("\xff\xff\xff\xff\xff\xff\xff-absent")})
+    keys.emplace_back(f.q->locate("s", k)->second, k);
   auto b = f.q->get_many("s", keys);
   REQUIRE(b.ok());
   REQUIRE(b.answer().entries.size() == 2);

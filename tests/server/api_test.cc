@@ -13,10 +13,13 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "core/value_codec.h"
+#include "core/window.h"
 #include "http/client.h"
 #include "http/server.h"
 #include "http/url.h"
@@ -78,8 +81,9 @@ struct answer {
   }
 };
 
-// One instance: a store "s" of topic "t" (4 partitions, string keys, JSON values) in
-// RocksDB, the partitions it holds, its API.
+// One instance: a store "s" of topic "t" (4 partitions, string keys, JSON values) and a
+// windowed count "w" of the same topic (tumbling windows of 1 s) in RocksDB, the
+// partitions it holds, its API.
 struct node {
   // A node holding `held` (caught up). Adjust ctx, then build() (or serve()).
   explicit node(std::vector<int32_t> held = {0, 1, 2, 3}, query::freshness_config waits = {}) {
@@ -87,9 +91,18 @@ struct node {
     v.name = "s";
     v.topic = topic;
     views.push_back(v);
+    view_def w;
+    w.name = "w";
+    w.topic = topic;
+    w.kind = view_kind::count;
+    window_spec spec;
+    spec.size_ms = 1000;
+    REQUIRE(normalize(spec).ok());
+    w.window = spec;
+    views.push_back(w);
     storage::db_options opts;
     opts.path = dir + "/db";
-    auto opened = storage::db::open(opts, {"s"});
+    auto opened = storage::db::open(opts, {"s", "w"});
     REQUIRE(opened.ok());
     db = std::move(opened.value());
     ownership.set_partition_count(topic, partitions);
@@ -98,7 +111,9 @@ struct node {
     ownership.assign(a);
     ownership.mark_joined();
     queries = std::make_unique<query::engine>(
-        views, *db, ownership, std::map<std::string, partitioner_fn>{{"s", *ingest::make_partitioner("murmur2")}});
+        views, *db, ownership,
+        std::map<std::string, partitioner_fn>{{"s", *ingest::make_partitioner("murmur2")},
+                                              {"w", *ingest::make_partitioner("murmur2")}});
     waiter = std::make_unique<query::freshness_waiter>(*queries, notifier, waits);
     ctx.queries = queries.get();
     ctx.waiter = waiter.get();
@@ -140,6 +155,16 @@ struct node {
     b.set_position(*db->find_view("s"), p, next[p]);
     REQUIRE(db->write(b).ok());
     notifier.notify();
+  }
+
+  // Writes the window of `key` starting at `start` (ms) with the aggregate `value`.
+  void put_window(const std::string& key, int64_t start, const std::string& value) {
+    int32_t p = partition_of(key);
+    auto b = db->new_batch();
+    int64_t off = next[p]++;
+    b.put(*db->find_view("w"), p, encode_windowed_key(key, start), frame_value(off, value));
+    b.set_position(*db->find_view("w"), p, next[p]);
+    REQUIRE(db->write(b).ok());
   }
 
   answer call(const std::string& method, const std::string& target, std::string body = {},
@@ -287,6 +312,26 @@ TEST_CASE("pages end before query.max_response_bytes, and paging still returns e
   CHECK(b.body_json()["error_code"] == 40009);
 }
 
+TEST_CASE("a key's windows are read on a worker and bounded by query.max_response_bytes") {
+  node n;
+  n.ctx.limits.max_response_bytes = 4096;
+  n.build();
+  const std::string value = R"({"pad":")" + std::string(200, 'x') + R"("})";
+  for (int64_t i = 0; i < 100; ++i) n.put_window("k", i * 1000, value);
+  // Five windows fit: answered whole, in start order, off the caller's thread.
+  auto few = n.get("/v1/stores/w/windows/k?from=0&to=5000");
+  REQUIRE(few.status == 200);
+  CHECK(few.thread != std::this_thread::get_id());
+  auto body = few.body_json();
+  REQUIRE(body["data"].size() == 5);
+  for (int i = 0; i < 5; ++i) CHECK(body["data"][i]["start"] == i * 1000);
+  // A hundred would pass the bound: refused with the answer-size code, not cut.
+  auto all = n.get("/v1/stores/w/windows/k?from=0&to=100000");
+  CHECK(all.status == 400);
+  CHECK(all.body_json()["error_code"] == 40009);
+  CHECK(all.body.size() < 4096);
+}
+
 TEST_CASE("min_position: waits are bounded in number; beyond it 503 at once") {
   query::freshness_config waits;
   waits.max_waiters = 2;
@@ -314,29 +359,50 @@ TEST_CASE("min_position: waits are bounded in number; beyond it 503 at once") {
   CHECK(n.waiter->refused() == 1);
 }
 
+// The key as 8 bytes big-endian, as Kafka's LongSerializer writes `n`.
+std::string long_key(int64_t n) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i, n >>= 8) out[static_cast<std::size_t>(i)] = static_cast<char>(n & 0xff);
+  return out;
+}
+
 TEST_CASE("min_position: a key's partition is that of the decoded key, not of its text") {
-  const std::string key = key_with_other_text_partition();
-  const int32_t p = partition_of(key);
-  // This instance holds only the key's partition: the partition of its base64url text
-  // is someone else's.
-  node n({p});
-  n.build();
-  n.put(key, value_of(7));
-  const std::string target = "/v1/stores/s/keys/" + query::base64url_encode(key) + "?key_format=base64url";
-  auto now = n.get(target + "&min_position=" + std::to_string(p) + ":0");
-  CHECK(now.status == 200);
-  // Not reached yet: the request waits for the key's partition, and times out.
-  auto later = n.get(target + "&min_position=" + std::to_string(p) + ":5&timeout_ms=100");
-  CHECK(later.status == 503);
-  CHECK(later.body_json()["error_code"] == 50304);
-  // A write that reaches it answers a waiting request.
-  auto waiting = std::async(
-      std::launch::async, [&] { return n.get(target + "&min_position=" + std::to_string(p) + ":3&timeout_ms=5000"); });
-  for (int i = 0; i < 200 && n.waiter->pending() == 0; ++i) std::this_thread::sleep_for(10ms);
-  for (int i = 0; i < 3; ++i) n.put(key, value_of(10 + i));
-  auto r = waiting.get();
-  CHECK(r.status == 200);
-  CHECK(r.body_json()["value"] == json::parse(value_of(12)));
+  // (key bytes, the key as the request writes it, key_format), for each format whose
+  // text differs from the bytes, picked so that the text hashes to another partition.
+  std::vector<std::tuple<std::string, std::string, std::string>> cases;
+  const std::string b64 = key_with_other_text_partition();
+  cases.emplace_back(b64, query::base64url_encode(b64), "base64url");
+  for (int64_t n = 1;; ++n) {
+    if (partition_of(long_key(n)) != partition_of(std::to_string(n))) {
+      cases.emplace_back(long_key(n), std::to_string(n), "long");
+      break;
+    }
+  }
+  for (const auto& [key, text, format] : cases) {
+    CAPTURE(format);
+    const int32_t p = partition_of(key);
+    // This instance holds only the key's partition: the partition of its text is
+    // someone else's.
+    node n({p});
+    n.build();
+    n.put(key, value_of(7));
+    const std::string target = "/v1/stores/s/keys/" + text + "?key_format=" + format;
+    auto now = n.get(target + "&min_position=" + std::to_string(p) + ":0");
+    CHECK(now.status == 200);
+    // Not reached yet: the request waits for the key's partition, and times out.
+    auto later = n.get(target + "&min_position=" + std::to_string(p) + ":5&timeout_ms=100");
+    CHECK(later.status == 503);
+    CHECK(later.body_json()["error_code"] == 50304);
+    // A write that reaches it answers a waiting request.
+    auto waiting = std::async(std::launch::async, [&n, target = target, p = p] {
+      return n.get(target + "&min_position=" + std::to_string(p) + ":3&timeout_ms=5000");
+    });
+    for (int i = 0; i < 200 && n.waiter->pending() == 0; ++i) std::this_thread::sleep_for(10ms);
+    for (int i = 0; i < 3; ++i) n.put(key, value_of(10 + i));
+    auto r = waiting.get();
+    CHECK(r.status == 200);
+    CHECK(r.body_json()["value"] == json::parse(value_of(12)));
+  }
 }
 
 TEST_CASE("exact counts and scans are answered from a worker thread, never the caller's") {
@@ -584,4 +650,57 @@ TEST_CASE("forwarding: an instance speaking TLS never sends a request to a plain
   CHECK(page.status == 503);
   CHECK(asked == 0);
   owner.stop();
+}
+
+TEST_CASE("forwarding: the caller's token never reaches another instance, for a key, a page, a batch or the cluster") {
+  // The owner of partitions 2 and 3 records the headers of every request it receives.
+  std::mutex mu;
+  std::vector<http::request> seen;
+  http::server_config cfg;
+  cfg.port = 0;
+  http::server owner(cfg, [&](const http::request& r) {
+    {
+      std::lock_guard lk(mu);
+      seen.push_back(r);
+    }
+    http::response res;
+    res.status = 503;  // an answer is not the point; what was sent is
+    res.with_header("Retry-After", "1");
+    return res;
+  });
+  REQUIRE(owner.start().ok());
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(owner.port());
+  node a({0, 1});
+  auto tokens = server::parse_token_file(std::string("tokens:\n  - {name: dash, sha256: ") +
+                                         server::sha256_hex("secret-token") + ", stores: ['*'], cluster: true}\n");
+  REQUIRE(tokens.ok());
+  a.ctx.auth = std::make_shared<server::token_authenticator>(std::move(tokens.value()));
+  a.serve(group_secret);
+  a.membership.publish(group_of({{a.ctx.instance, {0, 1}}, {endpoint, {2, 3}}}));
+  std::string k;
+  for (int i = 0;; ++i)
+    if (partition_of(key_text(i)) >= 2) {
+      k = key_text(i);
+      break;
+    }
+  const std::vector<std::pair<std::string, std::string>> bearer{{"Authorization", "Bearer secret-token"}};
+  CHECK(a.get("/v1/stores/s/keys/" + k).status == 401);  // the token is needed here
+  a.get("/v1/stores/s/keys/" + k, bearer);
+  a.get("/v1/stores/s/keys?limit=10", bearer);
+  a.get("/v1/stores/s/count", bearer);
+  a.call("POST", "/v1/stores/s/keys:batchGet", json{{"keys", {k}}}.dump(),
+         {{"Authorization", "Bearer secret-token"}, {"Content-Type", "application/json"}});
+  a.get("/v1/cluster", bearer);
+  owner.stop();
+  std::lock_guard lk(mu);
+  CHECK(seen.size() >= 4);
+  for (const auto& r : seen) {
+    CAPTURE(r.target);
+    for (const auto& [name, value] : r.headers) {
+      CHECK(name != "authorization");
+      CHECK(value.find("secret-token") == std::string::npos);
+    }
+    CHECK(r.target.find("secret-token") == std::string::npos);
+    CHECK(r.body.find("secret-token") == std::string::npos);
+  }
 }

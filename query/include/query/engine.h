@@ -5,7 +5,9 @@
 //
 // Thread safety: every member is safe to call concurrently from the HTTP threads.
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -138,6 +140,9 @@ struct window_query {
   std::optional<int32_t> partition;  // the key's partition, when the caller located it
   int64_t from = 0;
   int64_t to = 0;
+  // Stops reading once the windows' values hold more than this many bytes; the answer
+  // then says `truncated`. The caller's answer-size bound.
+  std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
 };
 struct window_entry {
   int64_t start;      // inclusive, ms since the epoch
@@ -150,6 +155,7 @@ struct window_answer {
   int32_t partition = -1;
   position pos;
   int64_t stream_time = -1;  // largest event time applied to the partition (-1: none yet)
+  bool truncated = false;    // more windows than window_query::max_bytes allows exist
 };
 
 // Windows of every key of a windowed store in a range of group keys, overlapping
@@ -212,9 +218,10 @@ class engine {
   // not_active when there is no copy here. For allow_stale reads only.
   query_result<key_answer> get_stale(const key_query& q) const;
 
-  // Many keys at once (one MultiGet, one snapshot); each must be on a partition held
-  // current here.
-  query_result<batch_answer> get_many(std::string_view store, const std::vector<std::string>& keys) const;
+  // Many keys at once (one MultiGet, one snapshot), each with its partition as
+  // locate() found it; each must be on a partition held current here.
+  query_result<batch_answer> get_many(std::string_view store,
+                                      const std::vector<std::pair<int32_t, std::string>>& located) const;
 
   // A range across every partition of the store, merged into one byte order. Needs
   // every partition of the topic current on this instance. `use`: page for a bounded

@@ -179,10 +179,21 @@ outcome key_windows(const state& st, const call& c) {
       if (auto owner = owner_of(st, v.topic, p)) return forward_plan{*owner, {}};
     return not_held_problem(c, v, p);
   }
-  return local_plan{{}, true, [&st, c, v = &v, key = std::move(k->key), p, interval = *interval] {
-                      auto res = st.ctx.queries->windows({c.store, key, p, interval.first, interval.second});
+  // Not cheap: a long interval of small windows can be many entries, read on a worker.
+  return local_plan{{}, false, [&st, c, v = &v, key = std::move(k->key), p, interval = *interval] {
+                      const std::size_t max_bytes = st.ctx.limits.max_response_bytes;
+                      auto res = st.ctx.queries->windows({c.store, key, p, interval.first, interval.second, max_bytes});
                       if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
                       const auto& a = res.answer();
+                      auto too_large = [&] {
+                        return problem(failure_reason::answer_too_large,
+                                       "the windows of this key in [from, to) exceed query.max_response_bytes (" +
+                                           std::to_string(max_bytes) +
+                                           " bytes); ask for a shorter interval, or page with /v1/stores/" + c.store +
+                                           "/windows",
+                                       c.path());
+                      };
+                      if (a.truncated) return too_large();
                       // {data, key, partition, position, served_by, store, stream_time}
                       http::response r;
                       std::string& b = r.body;
@@ -205,6 +216,7 @@ outcome key_windows(const state& st, const call& c) {
                       b += ",\"stream_time\":";
                       append_int(b, a.stream_time);
                       b += '}';
+                      if (b.size() > max_bytes) return too_large();
                       r.with_header("X-Kstate-Position", position_header(a.pos));
                       return r;
                     }};
@@ -256,10 +268,10 @@ struct batch_key {
 // Renders the found keys of `keys` held here, in the part framing (for a peer, or for
 // the merge of a gathered batch).
 part_result read_batch_part(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys) {
-  std::vector<std::string> serialized;
-  serialized.reserve(keys.size());
-  for (const auto& k : keys) serialized.push_back(k.key);
-  auto res = st.ctx.queries->get_many(c.store, serialized);
+  std::vector<std::pair<int32_t, std::string>> located;
+  located.reserve(keys.size());
+  for (const auto& k : keys) located.emplace_back(k.partition, k.key);
+  auto res = st.ctx.queries->get_many(c.store, located);
   if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
   part_writer w(nlohmann::json{{"position", position_json(res.answer().pos)}});
   std::string entry;
@@ -284,8 +296,7 @@ http::response merge_batch(const state& st, const call& c, const view_def& v, co
     auto pv = read_part(p);
     if (!pv) return problem(failure_reason::internal, "an owner's part of the batch is malformed", c.path());
     for (const auto& e : pv->entries) found.emplace(e.stored_key, e.entry_json);
-    if (auto it = pv->header.find("position"); it != pv->header.end() && it->is_object())
-      for (const auto& [p, o] : it->items()) pos.merge(position{{std::stoi(p), o.get<int64_t>()}});
+    pos.merge(pv->pos);
     views.push_back(std::move(*pv));
   }
   http::response r;

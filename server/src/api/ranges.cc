@@ -132,8 +132,7 @@ http::response merge_pages(const state& st, const call& c, const range_request& 
     auto pv = read_part(p);
     if (!pv) return problem(failure_reason::internal, "an owner's part of the page is malformed", c.path());
     more = more || pv->header.value("more", false);
-    if (auto it = pv->header.find("position"); it != pv->header.end() && it->is_object())
-      for (const auto& [part, o] : it->items()) pos.merge(position{{std::stoi(part), o.get<int64_t>()}});
+    pos.merge(pv->pos);
     all.insert(all.end(), pv->entries.begin(), pv->entries.end());
   }
   const bool desc = rr.q.descending;
@@ -454,8 +453,7 @@ http::response merge_counts(const state& st, const call& c, const std::vector<st
     if (!pv) return problem(failure_reason::internal, "an owner's count is malformed", c.path());
     count += pv->header.value("count", uint64_t{0});
     exact = exact && pv->header.value("exact", false);
-    if (auto it = pv->header.find("position"); it != pv->header.end() && it->is_object())
-      for (const auto& [part, o] : it->items()) pos.merge(position{{std::stoi(part), o.get<int64_t>()}});
+    pos.merge(pv->pos);
   }
   http::response r;
   std::string& b = r.body;

@@ -91,8 +91,13 @@ nlohmann::json problem_json(failure_reason r, std::string_view detail, std::stri
 }
 
 http::response problem_response(failure_reason r, const nlohmann::json& body) {
-  auto res = problem(r, "", "");  // status, content type and Retry-After from the table
+  // Status and Retry-After as problem() sets them; the body rendered once.
+  const auto info = describe(r);
+  http::response res;
+  res.status = info.status;
+  res.content_type = "application/problem+json";
   res.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (info.status == 503) res.with_header("Retry-After", "1");
   return res;
 }
 
@@ -149,6 +154,16 @@ std::optional<part_view> read_part(std::string_view framed) {
   if (!header) return std::nullopt;
   out.header = nlohmann::json::parse(header->begin(), header->end(), nullptr, false);
   if (!out.header.is_object()) return std::nullopt;
+  if (auto it = out.header.find("position"); it != out.header.end()) {
+    if (!it->is_object()) return std::nullopt;
+    for (const auto& [part, offset] : it->items()) {
+      int32_t p = 0;
+      const auto* end = part.data() + part.size();
+      auto [ptr, ec] = std::from_chars(part.data(), end, p);
+      if (ec != std::errc{} || ptr != end || p < 0 || !offset.is_number_integer()) return std::nullopt;
+      out.pos.set(p, offset.get<int64_t>());
+    }
+  }
   while (!framed.empty()) {
     auto key = next_item(framed);
     if (!key) return std::nullopt;

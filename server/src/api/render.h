@@ -81,9 +81,11 @@ struct part_entry {
 };
 struct part_view {
   nlohmann::json header;
+  position pos;                     // the header's "position", decoded once
   std::vector<part_entry> entries;  // views into the framed bytes
 };
-// nullopt when `framed` is not a well-formed part.
+// nullopt when `framed` is not a well-formed part (a "position" that is not an object
+// of decimal partitions to integer offsets included).
 std::optional<part_view> read_part(std::string_view framed);
 
 }  // namespace kstate::server::api
