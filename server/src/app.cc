@@ -16,6 +16,7 @@
 
 #include "ingest/engine.h"
 #include "ingest/group_secret.h"
+#include "core/guard.h"
 #include "core/notifier.h"
 #include "ingest/membership.h"
 #include "ingest/partitioner.h"
@@ -30,6 +31,7 @@
 #include "server/state_metrics.h"
 #include "openapi_json.h"
 #include "storage/db.h"
+#include "log.h"
 
 namespace kstate::server {
 
@@ -113,12 +115,12 @@ void app::impl::read_secret_until_known() {
         std::lock_guard lock(mu);  // start() waits for it under mu
         secret->set(std::move(*got));
       }
-      if (reported) spdlog::info("read the secret shared with the other instances");
+      if (reported) server_log()->info("read the secret shared with the other instances");
       cv.notify_all();
       return;
     }
     if (!reported) {
-      spdlog::error(
+      server_log()->error(
           "no secret shared with the other instances yet ({}): requests for partitions held elsewhere are "
           "answered 503 until it is read (set peer_secret_file, or allow kstate to create and read the "
           "topic {}); retrying",
@@ -159,7 +161,7 @@ status app::start() {
     auto a = token_authenticator::from_file(i.cfg.auth.token_file);
     if (!a.ok()) return status::invalid_argument("auth.token_file: " + a.error().message());
     auth = std::move(a.value());
-    spdlog::info("bearer tokens required: {} token(s) from {}", auth->size(), i.cfg.auth.token_file);
+    server_log()->info("bearer tokens required: {} token(s) from {}", auth->size(), i.cfg.auth.token_file);
   }
   for (const auto& v : i.cfg.views)
     if (v.windowed()) i.cfg.rocksdb.windowed[v.name] = storage::windowed_store{*v.window, stream_time_position_name(v)};
@@ -245,7 +247,11 @@ status app::start() {
     if (!secret.ok()) return secret.error();
     i.secret->set(std::move(*secret));
   } else {
-    i.secret_reader = std::thread([&i] { i.read_secret_until_known(); });
+    i.secret_reader = std::thread([&i] {
+      // Without the secret, forwarding stays off (503s); the process goes on serving.
+      if (auto why = guarded([&i] { i.read_secret_until_known(); }))
+        server_log()->critical("reading the secret shared with the other instances stopped: {}", *why);
+    });
   }
   i.ingest =
       std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(), &i.notifier);
@@ -276,7 +282,7 @@ status app::start() {
                                                          i.metrics.get());
     if (auto s = i.standby->start(); !s.ok()) return s;
   }
-  spdlog::info("kstate serving {} store(s) on {}", i.cfg.views.size(), i.cfg.advertised_endpoint);
+  server_log()->info("kstate serving {} store(s) on {}", i.cfg.views.size(), i.cfg.advertised_endpoint);
   return status::ok_status();
 }
 
@@ -288,7 +294,7 @@ void app::begin_drain() {
 void app::shutdown(bool drain) {
   begin_drain();
   if (drain && impl_->http && impl_->cfg.drain_delay.count() > 0) {
-    spdlog::info("draining for {} ms before closing connections", impl_->cfg.drain_delay.count());
+    server_log()->info("draining for {} ms before closing connections", impl_->cfg.drain_delay.count());
     std::this_thread::sleep_for(impl_->cfg.drain_delay);
   }
   stop();
@@ -306,7 +312,7 @@ int app::wait() {
   for (;;) {
     if (impl_->stop_requested) return 0;
     if (!fatal_error().empty()) {
-      spdlog::critical("ingest stopped: {}", fatal_error());
+      server_log()->critical("ingest stopped: {}", fatal_error());
       return 1;
     }
     impl_->cv.wait_for(lock, std::chrono::milliseconds(200));
@@ -338,7 +344,7 @@ void app::stop() {
   i.http.reset();
   i.peers.reset();
   if (i.db) {
-    if (auto s = i.db->flush(); !s.ok()) spdlog::warn("flushing state on shutdown: {}", s.to_string());
+    if (auto s = i.db->flush(); !s.ok()) server_log()->warn("flushing state on shutdown: {}", s.to_string());
   }
   i.queries.reset();
   i.ingest.reset();

@@ -1,4 +1,5 @@
 #include "server/auth.h"
+#include "log.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -200,11 +201,12 @@ void token_authenticator::maybe_reload() const {
   mtime_ns_ = mtime;
   auto tokens = load_token_file(path_);
   if (!tokens.ok()) {
-    spdlog::error("token file changed but cannot be used, keeping the previous tokens: {}", tokens.error().message());
+    server_log()->error("token file changed but cannot be used, keeping the previous tokens: {}",
+                        tokens.error().message());
     return;
   }
   tokens_ = std::make_shared<const table>(std::move(tokens.value()));
-  spdlog::info("token file {} reloaded: {} token(s)", path_, tokens_->entries.size());
+  server_log()->info("token file {} reloaded: {} token(s)", path_, tokens_->entries.size());
 }
 
 std::shared_ptr<const principal> token_authenticator::authenticate(

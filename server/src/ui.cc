@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/problem.h"
+#include "log.h"
 
 namespace kstate::server {
 namespace {
@@ -106,7 +107,7 @@ http::response index_response(const http::request& req, const fs::path& root) {
   auto body = read_file(root / "index.html");
   if (!body) {
     // Where the files are is the operator's business, not the caller's: the log says.
-    spdlog::warn(
+    server_log()->warn(
         "the dashboard is not built: {} is missing (scripts/demo and scripts/test build it; or run npm ci "
         "&& npm run build in web/)",
         (root / "index.html").string());

@@ -110,11 +110,11 @@ db::impl::~impl() {
   for (auto* h : handles) {
     if (h == rdb->DefaultColumnFamily()) continue;
     auto s = rdb->DestroyColumnFamilyHandle(h);
-    if (!s.ok()) spdlog::warn("storage: destroying column family handle: {}", s.ToString());
+    if (!s.ok()) storage_log()->warn("destroying column family handle: {}", s.ToString());
   }
   if (rdb) {
     auto s = rdb->Close();
-    if (!s.ok()) spdlog::warn("storage: close: {}", s.ToString());
+    if (!s.ok()) storage_log()->warn("close: {}", s.ToString());
   }
 }
 

@@ -4,6 +4,7 @@
 #include <rocksdb/options.h>
 
 #include "db_impl.h"
+#include "core/guard.h"
 #include "storage/key_codec.h"
 
 namespace kstate::storage {
@@ -106,7 +107,10 @@ void db::impl::run_expiry(std::chrono::milliseconds every) {
   while (!thread_cv.wait_for(lock, every, [&] { return stopping; })) {
     lock.unlock();
     auto started = std::chrono::steady_clock::now();
-    auto done = expire();
+    result<int> done = status::internal("not run");
+    // The thread's last resort: whatever escapes a pass is that pass's failure, logged
+    // below; the next pass runs as usual.
+    if (auto why = guarded([&] { done = expire(); })) done = status::internal("exception: " + *why);
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
     lock.lock();
     if (stopping) break;

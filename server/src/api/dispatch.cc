@@ -18,6 +18,7 @@
 #include "server/api.h"
 #include "server/problem.h"
 #include "server/ui.h"
+#include "log.h"
 
 namespace kstate::server {
 namespace api {
@@ -52,7 +53,7 @@ bool state::peer_allowed(const std::string& endpoint) const {
   if (endpoint.empty() || endpoint == ctx.instance) return false;
   const bool tls_here = ctx.instance.rfind("https://", 0) == 0;
   if (tls_here && endpoint.rfind("https://", 0) != 0) {
-    spdlog::warn("not sending a request to {}: this instance speaks TLS and that endpoint does not", endpoint);
+    server_log()->warn("not sending a request to {}: this instance speaks TLS and that endpoint does not", endpoint);
     return false;
   }
   return true;

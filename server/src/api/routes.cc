@@ -4,6 +4,7 @@
 
 #include "api/handlers.h"
 #include "server/problem.h"
+#include "log.h"
 
 namespace kstate::server::api {
 
@@ -104,7 +105,7 @@ std::optional<http::response> authorize(const state& st, const http::request& re
   }
   if (allowed) return std::nullopt;
   // The token's name (never the token) says whose request was refused.
-  spdlog::debug("request {}: token '{}' may not read {}", req.request_id, who->name, what);
+  server_log()->debug("request {}: token '{}' may not read {}", req.request_id, who->name, what);
   return problem(failure_reason::forbidden, "this token may not read " + what, req.path)
       .with_header("WWW-Authenticate", "Bearer realm=\"kstate\", error=\"insufficient_scope\"");
 }

@@ -1,4 +1,5 @@
 #include "api/workers.h"
+#include "log.h"
 
 #include <spdlog/spdlog.h>
 
@@ -54,9 +55,9 @@ void worker_pool::run(std::shared_ptr<queue> q) {
     try {
       task();
     } catch (const std::exception& e) {
-      spdlog::error("api worker: a task threw: {}", e.what());
+      server_log()->error("api worker: a task threw: {}", e.what());
     } catch (...) {
-      spdlog::error("api worker: a task threw a non-std exception");
+      server_log()->error("api worker: a task threw a non-std exception");
     }
     // The task (and what it holds: perhaps the last reference to the pool's owner) is
     // released here, before the next wait.
