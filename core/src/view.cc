@@ -1,90 +1,60 @@
 #include "core/view.h"
 
+#include <utility>
+
 namespace kstate {
+namespace {
 
-const char* to_string(data_format f) noexcept {
-  switch (f) {
-    case data_format::string: return "string";
-    case data_format::json: return "json";
-    case data_format::bytes: return "bytes";
-  }
+// One table per enum: its values and their configuration names, read both ways.
+template <typename E>
+using names = std::pair<E, const char*>;
+
+constexpr names<data_format> data_formats[] = {
+    {data_format::string, "string"}, {data_format::json, "json"}, {data_format::bytes, "bytes"}};
+constexpr names<view_kind> view_kinds[] = {{view_kind::table, "table"},
+                                           {view_kind::count, "count"},
+                                           {view_kind::sum, "sum"},
+                                           {view_kind::reduce, "reduce"},
+                                           {view_kind::aggregate, "aggregate"}};
+constexpr names<group_by_kind> group_by_kinds[] = {
+    {group_by_kind::key, "key"}, {group_by_kind::json, "json"}, {group_by_kind::words, "words"}};
+constexpr names<reduce_op> reduce_ops[] = {
+    {reduce_op::latest, "latest"}, {reduce_op::min, "min"}, {reduce_op::max, "max"}};
+constexpr names<agg_field> agg_fields[] = {{agg_field::count, "count"},
+                                           {agg_field::sum, "sum"},
+                                           {agg_field::min, "min"},
+                                           {agg_field::max, "max"},
+                                           {agg_field::mean, "mean"}};
+
+template <typename E, std::size_t N>
+const char* name_in(const names<E> (&table)[N], E value) noexcept {
+  for (const auto& [v, name] : table)
+    if (v == value) return name;
   return "unknown";
 }
 
-const char* to_string(view_kind k) noexcept {
-  switch (k) {
-    case view_kind::table: return "table";
-    case view_kind::count: return "count";
-    case view_kind::sum: return "sum";
-    case view_kind::reduce: return "reduce";
-    case view_kind::aggregate: return "aggregate";
+template <typename E, std::size_t N>
+bool parse_in(const names<E> (&table)[N], std::string_view s, E& out) noexcept {
+  for (const auto& [v, name] : table) {
+    if (s == name) {
+      out = v;
+      return true;
+    }
   }
-  return "unknown";
+  return false;
 }
 
-const char* to_string(group_by_kind g) noexcept {
-  switch (g) {
-    case group_by_kind::key: return "key";
-    case group_by_kind::json: return "json";
-    case group_by_kind::words: return "words";
-  }
-  return "unknown";
-}
+}  // namespace
 
-const char* to_string(reduce_op r) noexcept {
-  switch (r) {
-    case reduce_op::latest: return "latest";
-    case reduce_op::min: return "min";
-    case reduce_op::max: return "max";
-  }
-  return "unknown";
-}
+const char* to_string(data_format f) noexcept { return name_in(data_formats, f); }
+const char* to_string(view_kind k) noexcept { return name_in(view_kinds, k); }
+const char* to_string(group_by_kind g) noexcept { return name_in(group_by_kinds, g); }
+const char* to_string(reduce_op r) noexcept { return name_in(reduce_ops, r); }
+const char* to_string(agg_field f) noexcept { return name_in(agg_fields, f); }
 
-const char* to_string(agg_field f) noexcept {
-  switch (f) {
-    case agg_field::count: return "count";
-    case agg_field::sum: return "sum";
-    case agg_field::min: return "min";
-    case agg_field::max: return "max";
-    case agg_field::mean: return "mean";
-  }
-  return "unknown";
-}
-
-bool parse_data_format(std::string_view s, data_format& out) noexcept {
-  if (s == "string") out = data_format::string;
-  else if (s == "json") out = data_format::json;
-  else if (s == "bytes") out = data_format::bytes;
-  else return false;
-  return true;
-}
-
-bool parse_view_kind(std::string_view s, view_kind& out) noexcept {
-  if (s == "table") out = view_kind::table;
-  else if (s == "count") out = view_kind::count;
-  else if (s == "sum") out = view_kind::sum;
-  else if (s == "reduce") out = view_kind::reduce;
-  else if (s == "aggregate") out = view_kind::aggregate;
-  else return false;
-  return true;
-}
-
-bool parse_reduce_op(std::string_view s, reduce_op& out) noexcept {
-  if (s == "latest") out = reduce_op::latest;
-  else if (s == "min") out = reduce_op::min;
-  else if (s == "max") out = reduce_op::max;
-  else return false;
-  return true;
-}
-
-bool parse_agg_field(std::string_view s, agg_field& out) noexcept {
-  if (s == "count") out = agg_field::count;
-  else if (s == "sum") out = agg_field::sum;
-  else if (s == "min") out = agg_field::min;
-  else if (s == "max") out = agg_field::max;
-  else if (s == "mean") out = agg_field::mean;
-  else return false;
-  return true;
-}
+bool parse_data_format(std::string_view s, data_format& out) noexcept { return parse_in(data_formats, s, out); }
+bool parse_view_kind(std::string_view s, view_kind& out) noexcept { return parse_in(view_kinds, s, out); }
+bool parse_reduce_op(std::string_view s, reduce_op& out) noexcept { return parse_in(reduce_ops, s, out); }
+bool parse_agg_field(std::string_view s, agg_field& out) noexcept { return parse_in(agg_fields, s, out); }
 
 }  // namespace kstate

@@ -100,7 +100,7 @@ export async function readiness(): Promise<Readiness> {
   return (await getJson<Readiness>('/readyz', undefined, [200, 503])).body;
 }
 
-// The cluster view, or null while this kstate has no /v1/cluster route (404 40403).
+// The cluster view: every instance of the group, its partitions, positions and lag.
 export async function cluster(): Promise<Cluster> {
   return (await getJson<Cluster>('/v1/cluster')).body;
 }
