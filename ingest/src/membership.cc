@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/guard.h"
+#include "core/thread_name.h"
 
 namespace kstate::ingest {
 namespace {
@@ -340,7 +341,10 @@ status membership_watcher::start() {
       i.cfg.request_timeout.count() <= 0)
     return status::invalid_argument("membership watcher: intervals and timeout must be positive");
   if (auto s = i.create_handle(); !s.ok()) return s;
-  i.thread = std::thread([&i] { i.run_guarded(); });
+  i.thread = std::thread([&i] {
+    name_this_thread("ks-membership");
+    i.run_guarded();
+  });
   return status::ok_status();
 }
 

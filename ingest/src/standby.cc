@@ -19,6 +19,7 @@
 #include "core/guard.h"
 #include "ingest/batch_builder.h"
 #include "metrics.h"
+#include "core/thread_name.h"
 
 namespace kstate::ingest {
 namespace {
@@ -275,7 +276,10 @@ status standby_engine::start() {
     std::lock_guard lock(i.mu);
     i.alive = true;
   }
-  i.thread = std::thread([&i] { i.run_guarded(); });
+  i.thread = std::thread([&i] {
+    name_this_thread("ks-standby");
+    i.run_guarded();
+  });
   log()->info("keeping {} standby copy(ies) of each partition", i.replicas);
   return status::ok_status();
 }

@@ -4,6 +4,7 @@
 
 #include "core/guard.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 
 namespace kstate::query {
 namespace {
@@ -24,7 +25,10 @@ freshness_waiter::freshness_waiter(const engine& queries, change_notifier& notif
     }
     cv_.notify_one();
   });
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    name_this_thread("ks-waits");
+    run();
+  });
 }
 
 freshness_waiter::~freshness_waiter() {

@@ -32,6 +32,7 @@
 #include "openapi_json.h"
 #include "storage/db.h"
 #include "log.h"
+#include "core/thread_name.h"
 
 namespace kstate::server {
 
@@ -248,6 +249,7 @@ status app::start() {
     i.secret->set(std::move(*secret));
   } else {
     i.secret_reader = std::thread([&i] {
+      name_this_thread("ks-secret");
       // Without the secret, forwarding stays off (503s); the process goes on serving.
       if (auto why = guarded([&i] { i.read_secret_until_known(); }))
         server_log()->critical("reading the secret shared with the other instances stopped: {}", *why);

@@ -6,6 +6,7 @@
 #include "db_impl.h"
 #include "core/guard.h"
 #include "storage/key_codec.h"
+#include "core/thread_name.h"
 
 namespace kstate::storage {
 namespace {
@@ -99,7 +100,10 @@ result<int> db::impl::expire() {
 }
 
 void db::impl::start_expiry(std::chrono::milliseconds every) {
-  expiry_thread = std::thread([this, every] { run_expiry(every); });
+  expiry_thread = std::thread([this, every] {
+    name_this_thread("ks-expiry");
+    run_expiry(every);
+  });
 }
 
 void db::impl::run_expiry(std::chrono::milliseconds every) {

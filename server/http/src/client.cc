@@ -31,6 +31,7 @@
 
 #include "core/log.h"
 #include "syntax.h"
+#include "core/thread_name.h"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -677,7 +678,10 @@ client::client(client_config cfg) : impl_(std::make_unique<impl>(std::move(cfg))
   const int n = std::max(1, impl_->st.cfg.threads);
   impl_->threads.reserve(n);
   for (int i = 0; i < n; ++i) {
-    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    impl_->threads.emplace_back([this] {
+      name_this_thread("ks-http-client");
+      impl_->ioc.run();
+    });
   }
 }
 

@@ -57,6 +57,7 @@
 
 #include "http/problem.h"
 #include "http/url.h"
+#include "core/thread_name.h"
 
 namespace kstate::http {
 namespace {
@@ -1082,7 +1083,10 @@ status server::start() {
   const int n = std::max(1, cfg.threads);
   impl_->threads.reserve(n);
   for (int i = 0; i < n; ++i) {
-    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    impl_->threads.emplace_back([this] {
+      name_this_thread("ks-http");
+      impl_->ioc.run();
+    });
   }
   return {};
 }

@@ -1,5 +1,6 @@
 #include "api/workers.h"
 #include "log.h"
+#include "core/thread_name.h"
 
 #include <spdlog/spdlog.h>
 
@@ -10,7 +11,11 @@ namespace kstate::server::api {
 
 worker_pool::worker_pool(int threads, std::size_t max_queued) : q_(std::make_shared<queue>(max_queued)) {
   threads_.reserve(static_cast<std::size_t>(std::max(1, threads)));
-  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([q = q_] { run(q); });
+  for (int i = 0; i < std::max(1, threads); ++i)
+    threads_.emplace_back([q = q_] {
+      name_this_thread("ks-worker");
+      run(q);
+    });
 }
 
 worker_pool::~worker_pool() {
