@@ -261,6 +261,8 @@ result<bool> agg_pipeline::fold(view_state& v, const record& r, const std::strin
   std::optional<std::string> cur;
   if (slot != cache_.end()) {
     cur = slot->second.state;
+  } else if (auto u = unwritten_.find({idx, r.partition, key}); u != unwritten_.end()) {
+    cur = u->second.state;
   } else {
     auto stored = current(v, r.partition, key);
     if (!stored.ok()) return stored.error();
@@ -331,7 +333,17 @@ agg_pipeline::outcome agg_pipeline::abort_and_rewind(std::string& error, const s
   return outcome::aborted;
 }
 
-agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::string& error) {
+void agg_pipeline::written(uint64_t sequence) {
+  while (!unwritten_batches_.empty() && unwritten_batches_.front().first <= sequence) {
+    const auto& [seq, keys] = unwritten_batches_.front();
+    for (const auto& k : keys)
+      // A later batch may have written the key again: then it stays.
+      if (auto it = unwritten_.find(k); it != unwritten_.end() && it->second.sequence == seq) unwritten_.erase(it);
+    unwritten_batches_.pop_front();
+  }
+}
+
+agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::string& error, uint64_t sequence) {
   if (consumed_.empty()) return outcome::committed;
   // Record cache: only the last update of each key in this batch goes to the changelog.
   for (auto& [k, c] : cache_) {
@@ -400,9 +412,14 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
   if (m_txn_) m_txn_->Add({{"outcome", "committed"}}).Increment();
   // Durable in Kafka: now the same updates and positions go to RocksDB in the engine's
   // batch. A crash before that write is caught up from the changelog on restart.
-  for (auto& [k, c] : cache_)
-    if (c.dirty)
-      batch.put(views_[std::get<0>(k)].id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
+  std::vector<std::tuple<size_t, int32_t, std::string>> keys;
+  for (auto& [k, c] : cache_) {
+    if (!c.dirty) continue;
+    batch.put(views_[std::get<0>(k)].id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
+    keys.push_back(k);
+    unwritten_[k] = unwritten{sequence, std::move(c.state)};
+  }
+  if (!keys.empty()) unwritten_batches_.emplace_back(sequence, std::move(keys));
   for (const auto& [tp, next] : consumed_) {
     auto it = stage2_.find(tp.first);
     if (it == stage2_.end()) continue;

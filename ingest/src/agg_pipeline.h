@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,8 +89,12 @@ class agg_pipeline {
   // Makes the batch durable in Kafka, then adds aggregates and positions to `batch`.
   // aborted: the transaction was aborted and the consumer rewound to the last
   // committed offsets (nothing of the batch's aggregates was kept); fatal: `error`
-  // says why, the engine must stop.
-  outcome commit(storage::write_batch& batch, std::string& error);
+  // says why, the engine must stop. `sequence` numbers the engine's batches, in the
+  // order its writer writes them: until written(sequence), the next batches fold into
+  // this batch's aggregates, not into what RocksDB holds.
+  outcome commit(storage::write_batch& batch, std::string& error, uint64_t sequence);
+  // The engine's writer wrote every batch up to `sequence` to RocksDB.
+  void written(uint64_t sequence);
   // After the RocksDB write of a committed batch: the consumed positions, to report.
   std::map<std::pair<std::string, int32_t>, int64_t> take_consumed();
 
@@ -157,6 +162,15 @@ class agg_pipeline {
   std::map<std::pair<std::string, int32_t>, int64_t> consumed_;
   // Aggregates touched in this batch: (view index, partition, key).
   std::map<std::tuple<size_t, int32_t, std::string>, cached> cache_;
+  // Aggregates of committed batches that the engine's writer may not have written yet,
+  // with the batch that wrote each last; fold() reads them before RocksDB. By batch, in
+  // commit order, the keys each wrote, to forget them once written.
+  struct unwritten {
+    uint64_t sequence;
+    std::string state;
+  };
+  std::map<std::tuple<size_t, int32_t, std::string>, unwritten> unwritten_;
+  std::deque<std::pair<uint64_t, std::vector<std::tuple<size_t, int32_t, std::string>>>> unwritten_batches_;
   bool in_txn_ = false;
   // Delivery results of the current batch (producer callbacks, ingest thread).
   std::map<std::pair<std::string, int32_t>, int64_t> delivered_end_;  // changelog partition -> last offset + 1

@@ -187,6 +187,25 @@ void batch_builder::note_applied(const std::string& view, std::string_view topic
   ++view_counts_[std::make_tuple(view, std::string(topic), partition)].applied;
 }
 
+built_batch batch_builder::take(std::optional<storage::write_batch> fresh) {
+  write_positions();
+  built_batch out{fresh ? std::move(*fresh) : db_.new_batch(),
+                  std::move(rejections_),
+                  std::move(touched_),
+                  std::move(counts_),
+                  std::move(view_counts_),
+                  {},
+                  pending_};
+  std::swap(out.batch, batch_);
+  rejections_.clear();
+  touched_.clear();
+  counts_.clear();
+  view_counts_.clear();
+  cursor_valid_ = false;
+  pending_ = 0;
+  return out;
+}
+
 void batch_builder::reset() {
   batch_.clear();
   for (auto& [key, pos] : view_pos_) pos.dirty = false;

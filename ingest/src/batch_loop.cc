@@ -58,6 +58,7 @@ status run_batch_loop(rd_kafka_t* consumer, batch_builder& builder, const std::a
       }
       m.reset();
     }
+    if (idle && hooks.idle) hooks.idle();
     const size_t pending = builder.pending_records();
     if (pending > 0 &&
         (idle || pending >= options.max_batch_records || clock::now() - first_pending >= options.max_batch_delay))

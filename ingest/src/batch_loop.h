@@ -44,6 +44,8 @@ struct batch_loop_hooks {
   // Writes the builder's pending batch (at least one record is pending). Must leave the
   // builder reset, or the batch is written again.
   std::function<status()> write;
+  // A poll returned nothing (before a pending batch is written).
+  std::function<void()> idle;
 };
 
 // Runs while `running` is true, or until a hook fails or the consumer reports a fatal

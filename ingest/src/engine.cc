@@ -5,6 +5,7 @@
 #include <librdkafka/rdkafka.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
@@ -14,11 +15,13 @@
 #include <thread>
 
 #include "agg_pipeline.h"
+#include "apply_stage.h"
 #include "batch_loop.h"
 #include "core/guard.h"
 #include "dead_letters.h"
 #include "ingest/batch_builder.h"
 #include "metrics.h"
+#include "core/thread_name.h"
 
 namespace kstate::ingest {
 
@@ -35,6 +38,17 @@ struct engine::impl {
   std::unique_ptr<dead_letter_sender> dead_letters;  // null without dead-letter topics
   std::unique_ptr<batch_builder> builder;
   std::unique_ptr<agg_pipeline> agg;  // null without aggregate views
+  // Writes the batches the ingest thread builds, on its own thread (apply_stage.h).
+  std::unique_ptr<apply_stage> writer;
+  // Partitions reached at their end since the last batch was handed over: current once
+  // the batch that holds their last records is written.
+  std::vector<std::tuple<std::string, int32_t, int64_t>> ends;
+  // The partitions paused because the writer's queue was full (ingest thread).
+  tpl_ptr paused{nullptr};
+  // The last batch handed to the writer (ingest thread), and the last it wrote.
+  uint64_t last_sequence = 0;
+  std::atomic<uint64_t> written_sequence{0};
+  std::chrono::steady_clock::time_point last_wake{};  // wake_fetcher_if_behind()
   std::thread thread;
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
@@ -48,8 +62,11 @@ struct engine::impl {
   std::string fatal;
   std::set<std::string> topics;
   std::chrono::steady_clock::time_point last_commit{};
-  // Next offset applied per owned partition: what is committed to the group.
-  std::map<std::pair<std::string, int32_t>, int64_t> applied;
+  // Next offset applied per owned partition: what is committed to the group. Written by
+  // the writer's thread after each write and by the rebalance callback (once the writer
+  // drained); read by the ingest thread.
+  std::mutex applied_mu;
+  std::map<std::pair<std::string, int32_t>, int64_t> applied;  // guarded by applied_mu
   // The first authentication failure librdkafka reported (wrong SASL password, a
   // certificate the broker refused): start() gives up on it instead of retrying until
   // startup_timeout, since retrying cannot fix credentials.
@@ -65,11 +82,14 @@ struct engine::impl {
   prometheus::Histogram* m_apply_seconds = nullptr;
   std::chrono::steady_clock::time_point last_progress{};
   prometheus::Family<prometheus::Counter>* m_rebalances = nullptr;
+  prometheus::Counter* m_paused = nullptr;
+  prometheus::Gauge* m_queued_bytes = nullptr;
 
   impl(ingest_config c, std::vector<view_def> v, storage::db& d, ownership_registry& o)
       : cfg(std::move(c)), views(std::move(v)), db(d), ownership(o) {}
 
   ~impl() {
+    if (writer) writer->stop();
     agg.reset();
     if (consumer) rd_kafka_destroy(consumer);
   }
@@ -179,8 +199,10 @@ struct engine::impl {
     bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
       // Offsets sent with a transaction carry the group generation: commit what is
-      // pending under the generation it was consumed in.
-      if (!flush()) return;
+      // pending under the generation it was consumed in. Stored positions are read
+      // below: everything consumed so far is written first.
+      if (!flush_and_drain()) return;
+      resume_paused();
       if (cfg.before_assign) {
         std::vector<std::pair<std::string, int32_t>> taken;
         taken.reserve(parts->cnt);
@@ -236,7 +258,10 @@ struct engine::impl {
         }
         if (werr) log()->warn("watermarks of {}-{}: {}", topic, p.partition, rd_kafka_err2str(werr));
         int64_t at = resume.value_or(0);
-        applied[{topic, p.partition}] = at;
+        {
+          std::lock_guard lock(applied_mu);
+          applied[{topic, p.partition}] = at;
+        }
         added.push_back({topic, p.partition, high, !restoring && high >= 0 && (at >= high || high == low), at});
         log()->info("assigned {}-{}: resuming at {}, catching up to {}", topic, p.partition,
                     resume ? std::to_string(at) : std::string("beginning"), high);
@@ -266,14 +291,20 @@ struct engine::impl {
       // failed (or a stop gave the batch up) nothing is written: the partitions are
       // released where their stored positions stand.
       ownership.mark_joined();
-      if (flush()) commit_positions(false);
+      // Every batch of these partitions is written before the revocation completes: the
+      // next owner resumes exactly after it, and nothing of them is written later.
+      if (flush_and_drain()) commit_positions(false);
+      resume_paused();
       std::vector<std::pair<std::string, int32_t>> given_up;
       for (int i = 0; i < parts->cnt; ++i) {
         auto& p = parts->elems[i];
         ownership.revoke(p.topic, p.partition);
         builder->forget_partition(p.topic, p.partition);
         if (agg) agg->forget(p.topic, p.partition);
-        applied.erase({p.topic, p.partition});
+        {
+          std::lock_guard lock(applied_mu);
+          applied.erase({p.topic, p.partition});
+        }
         given_up.emplace_back(p.topic, p.partition);
         log()->info("revoked {}-{}", p.topic, p.partition);
       }
@@ -292,12 +323,13 @@ struct engine::impl {
     if (cfg.on_rebalance) cfg.on_rebalance();
   }
 
-  // Writes the pending batch. False when nothing can be written: the engine failed (the
-  // loop stops), or a stop gave up the batch while its dead letters were still unsettled.
+  // Hands the pending batch to the writer (apply_stage): its dead letters settled and,
+  // for aggregates, its transaction committed first, so the written positions never
+  // pass either. False when nothing can be written: the engine failed (the loop stops),
+  // or a stop gave up the batch while its dead letters were still unsettled.
   bool flush() {
     if (failed || abandoned) return false;
-    if (builder->pending_records() == 0) return true;
-    auto started = std::chrono::steady_clock::now();
+    if (builder->pending_records() == 0 && ends.empty()) return true;
     const auto& rejected = builder->rejections();
     for (const auto& r : rejected)
       log()->warn("invalid record {}-{}@{} in view {}: {}", r.topic, r.partition, r.offset, r.view, r.reason);
@@ -311,16 +343,41 @@ struct engine::impl {
       abandoned = true;
       return false;
     }
+    const uint64_t sequence = ++last_sequence;
     if (agg) {
       std::string why;
-      switch (agg->commit(builder->batch(), why)) {
+      agg->written(written_sequence.load());
+      switch (agg->commit(builder->batch(), why, sequence)) {
         case agg_pipeline::outcome::committed: break;
         case agg_pipeline::outcome::aborted: ++stats.aborted; break;
         case agg_pipeline::outcome::fatal: set_fatal("aggregate transaction failed: " + why); return false;
       }
     }
-    if (!builder->batch().empty()) {
-      auto s = db.write(builder->batch());
+    built_batch b = builder->take(writer->recycled());
+    if (agg)
+      for (const auto& [tp, next] : agg->take_consumed()) b.touched[tp] = std::max(b.touched[tp], next);
+    b.ends = std::move(ends);
+    ends.clear();
+    b.sequence = sequence;
+    if (!writer->submit(std::move(b))) return false;  // the writer failed, and said why
+    if (m_queued_bytes) m_queued_bytes->Set(static_cast<double>(writer->pending_bytes()));
+    return true;
+  }
+
+  // flush(), then waits until the writer wrote everything handed to it.
+  bool flush_and_drain() {
+    if (!flush() || !writer->drain()) return false;
+    if (agg) agg->written(written_sequence.load());
+    return true;
+  }
+
+  // The writer's thread: one batch, one atomic RocksDB write, then what it changed is
+  // reported (counters, positions, readiness, waiting readers). False stops the writer.
+  bool write_built(built_batch& b) {
+    if (failed) return false;
+    auto started = std::chrono::steady_clock::now();
+    if (!b.batch.empty()) {
+      auto s = db.write(b.batch);
       if (!s.ok()) {
         set_fatal("RocksDB write failed: " + s.to_string());
         return false;
@@ -328,7 +385,7 @@ struct engine::impl {
       ++stats.batches;
       if (notifier) notifier->notify();
     }
-    for (const auto& [tp, c] : builder->partition_counts()) {
+    for (const auto& [tp, c] : b.partition_counts) {
       stats.applied += c.applied;
       stats.invalid += c.invalid;
       if (m_consumed) {
@@ -338,26 +395,122 @@ struct engine::impl {
       }
     }
     if (m_applied) {
-      for (const auto& [key, c] : builder->view_counts()) {
+      for (const auto& [key, c] : b.view_counts) {
         prometheus::Labels l{
             {"store", std::get<0>(key)}, {"topic", std::get<1>(key)}, {"partition", std::to_string(std::get<2>(key))}};
         if (c.applied) m_applied->Add(l).Increment(static_cast<double>(c.applied));
         if (c.invalid) m_invalid->Add(l).Increment(static_cast<double>(c.invalid));
       }
-      m_batch_records->Observe(static_cast<double>(builder->pending_records()));
+      if (b.records) m_batch_records->Observe(static_cast<double>(b.records));
       m_apply_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
-    auto touched = builder->touched();
-    if (agg)
-      for (const auto& [tp, next] : agg->take_consumed()) touched[tp] = std::max(touched[tp], next);
-    for (const auto& [tp, next] : touched) {
-      applied[tp] = next;
+    for (const auto& [tp, next] : b.touched) {
+      {
+        std::lock_guard lock(applied_mu);
+        if (auto it = applied.find(tp); it != applied.end()) it->second = next;
+      }
       // Positions move with every batch; watermarks refresh once a second.
       ownership.update_progress(tp.first, tp.second, next, -1);
       check_ready(tp.first, tp.second, next);
     }
-    builder->reset();
+    for (const auto& [topic, partition, end] : b.ends) check_ready(topic, partition, end);
+    written_sequence = b.sequence;
+    // Still counts this batch: the stage subtracts it once this returns.
+    if (m_queued_bytes) m_queued_bytes->Set(static_cast<double>(writer->pending_bytes() - b.bytes()));
     return true;
+  }
+
+  // The periodic work of the ingest thread: commits for monitoring, lag, producer
+  // callbacks.
+  void periodic() {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_commit >= cfg.commit_interval) commit_positions(false);
+    if (now - last_progress >= std::chrono::seconds(1)) publish_progress();
+    if (dead_letters) dead_letters->poll();
+    if (agg) agg->poll();
+  }
+
+  // Back-pressure from the writer. While its queue is full the ingest thread waits for
+  // room instead of polling: the records wait in librdkafka's prefetch queue, which
+  // stops fetching at queued.max.messages.kbytes, and nothing is fetched twice. Only a
+  // writer stuck for longer than stuck_after (a full disk) pauses the partitions, so
+  // that the loop can go back to polling (rebalances, max.poll.interval.ms) with memory
+  // still bounded; they are resumed once the writer drained.
+  void wait_for_writer() {
+    constexpr auto stuck_after = std::chrono::seconds(30);
+    const auto since = std::chrono::steady_clock::now();
+    while (running && !paused && writer->full()) {
+      writer->wait_for_room(std::chrono::milliseconds(100));
+      periodic();
+      if (std::chrono::steady_clock::now() - since >= stuck_after) pause_all();
+    }
+    if (paused && writer->drained()) resume_paused();
+  }
+
+  void pause_all() {
+    rd_kafka_topic_partition_list_t* assigned = nullptr;
+    if (rd_kafka_assignment(consumer, &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR || !assigned) return;
+    tpl_ptr list(assigned);
+    if (list->cnt == 0) return;
+    log()->warn("the writer has not taken a batch for 30 s: fetching paused until it catches up");
+    if (auto err = rd_kafka_pause_partitions(consumer, list.get())) {
+      log()->warn("pausing fetches: {}", rd_kafka_err2str(err));
+      return;
+    }
+    paused = std::move(list);
+    if (m_paused) m_paused->Increment();
+  }
+
+  // librdkafka 2.0.2 stops fetching a partition whose prefetch queue reached its
+  // threshold (queued.min.messages, queued.max.messages.kbytes), and decides again only
+  // when its broker thread wakes up: for a request, a response, or after up to a second.
+  // Ingest that waited for the writer drains that queue faster than a second, and would
+  // then stall for the rest of it. So when a poll finds nothing while a partition is
+  // known to be behind its end (librdkafka's cached high watermark, no request), a
+  // ListOffsets request to that partition's leader wakes the broker thread, which
+  // fetches again at once. At most one every 20 ms; caught up, no partition is behind
+  // and nothing is sent.
+  void wake_fetcher_if_behind() {
+    const auto now = std::chrono::steady_clock::now();
+    if (paused || now - last_wake < std::chrono::milliseconds(20)) return;
+    last_wake = now;
+    rd_kafka_topic_partition_list_t* raw = nullptr;
+    if (rd_kafka_assignment(consumer, &raw) != RD_KAFKA_RESP_ERR_NO_ERROR || !raw) return;
+    tpl_ptr assigned(raw);
+    if (assigned->cnt == 0 || rd_kafka_position(consumer, assigned.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    for (int i = 0; i < assigned->cnt; ++i) {
+      const auto& p = assigned->elems[i];
+      int64_t low = -1, high = -1;
+      if (p.offset < 0 ||
+          rd_kafka_get_watermark_offsets(consumer, p.topic, p.partition, &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+          p.offset >= high)
+        continue;
+      // The answer is not needed: sending the request is what wakes the fetcher.
+      (void)rd_kafka_query_watermark_offsets(consumer, p.topic, p.partition, &low, &high, 1000);
+      ++stats.fetcher_wakeups;
+      return;
+    }
+  }
+
+  // Resumes the paused partitions where the consumer stands. The seek matters: in
+  // librdkafka 2.0.2 a resume alone does not wake the fetcher, which then sleeps up to
+  // a second; a seek does.
+  void resume_paused() {
+    if (!paused) return;
+    if (auto err = rd_kafka_resume_partitions(consumer, paused.get()))
+      log()->warn("resuming fetches: {}", rd_kafka_err2str(err));
+    if (rd_kafka_position(consumer, paused.get()) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      // Partitions revoked meanwhile, or never consumed from, have no position: skipped.
+      tpl_ptr at(rd_kafka_topic_partition_list_new(paused->cnt));
+      for (int i = 0; i < paused->cnt; ++i)
+        if (paused->elems[i].offset >= 0)
+          rd_kafka_topic_partition_list_add(at.get(), paused->elems[i].topic, paused->elems[i].partition)->offset =
+              paused->elems[i].offset;
+      if (at->cnt > 0)
+        if (rd_kafka_error_t* e = rd_kafka_seek_partitions(consumer, at.get(), 0)) rd_kafka_error_destroy(e);
+    }
+    log()->info("the writer caught up: fetching again");
+    paused.reset();
   }
 
   void check_ready(const std::string& topic, int32_t partition, int64_t next) {
@@ -374,6 +527,7 @@ struct engine::impl {
   // Applied position and high watermark of every owned partition, for lag reporting.
   // The watermarks are librdkafka's cached values from fetch responses: no request.
   void publish_progress() {
+    std::lock_guard lock(applied_mu);
     for (const auto& [tp, next] : applied) {
       int64_t low = -1, high = -1;
       if (rd_kafka_get_watermark_offsets(consumer, tp.first.c_str(), tp.second, &low, &high) !=
@@ -385,13 +539,17 @@ struct engine::impl {
   }
 
   void commit_positions(bool sync) {
-    if (applied.empty()) return;
-    tpl_ptr list(rd_kafka_topic_partition_list_new(static_cast<int>(applied.size())));
-    for (const auto& [tp, next] : applied)
-      // Aggregate inputs: the committed offset is the pipeline's (it moves with the
-      // outputs), never overwritten here.
-      if (next > 0 && !(agg && agg->handles(tp.first)))
-        rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+    tpl_ptr list(nullptr);
+    {
+      std::lock_guard lock(applied_mu);
+      if (applied.empty()) return;
+      list.reset(rd_kafka_topic_partition_list_new(static_cast<int>(applied.size())));
+      for (const auto& [tp, next] : applied)
+        // Aggregate inputs: the committed offset is the pipeline's (it moves with the
+        // outputs), never overwritten here.
+        if (next > 0 && !(agg && agg->handles(tp.first)))
+          rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+    }
     if (list->cnt == 0) return;
     auto err = rd_kafka_commit(consumer, list.get(), sync ? 0 : 1);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -407,11 +565,9 @@ struct engine::impl {
     batch_loop_options options{"consumer", static_cast<size_t>(cfg.max_batch_records), cfg.max_batch_delay, 100};
     batch_loop_hooks hooks;
     hooks.each_turn = [this] {
-      auto now = std::chrono::steady_clock::now();
-      if (now - last_commit >= cfg.commit_interval) commit_positions(false);
-      if (now - last_progress >= std::chrono::seconds(1)) publish_progress();
-      if (dead_letters) dead_letters->poll();
-      if (agg) agg->poll();
+      if (writer->failed()) return not_written();
+      wait_for_writer();
+      periodic();
       return status::ok_status();
     };
     hooks.after_add = [this](const record& r) {
@@ -426,11 +582,11 @@ struct engine::impl {
     };
     hooks.at_end = [this](const std::string& topic, int32_t partition, int64_t end) {
       // Everything up to the end was consumed; once written, the partition is current.
-      if (!flush()) return not_written();
-      check_ready(topic, partition, end);
-      return status::ok_status();
+      ends.emplace_back(topic, partition, end);
+      return flush() ? status::ok_status() : not_written();
     };
     hooks.write = [this] { return flush() ? status::ok_status() : not_written(); };
+    hooks.idle = [this] { wake_fetcher_if_behind(); };
     auto s = run_batch_loop(consumer, *builder, running, options, hooks);
     // Failures of the hooks were reported where they happened; what is left is the
     // consumer's own fatal error.
@@ -455,10 +611,17 @@ engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, 
         &unlabelled_histogram(*metrics, "kstate_ingest_batch_records", "Records per applied batch (one RocksDB write)",
                               prometheus::Histogram::BucketBoundaries{1, 10, 100, 1000, 5000, 10000, 50000});
     impl_->m_apply_seconds = &unlabelled_histogram(
-        *metrics, "kstate_ingest_apply_duration_seconds", "Time to apply one batch (dead letters + RocksDB write)",
+        *metrics, "kstate_ingest_apply_duration_seconds",
+        "Time to write one batch (its RocksDB write and what it reports)",
         prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1});
     impl_->m_rebalances =
         &counter_family(*metrics, "kstate_ingest_rebalances_total", "Assignment changes of this instance");
+    impl_->m_paused = &counter_family(*metrics, "kstate_ingest_fetch_pauses_total",
+                                      "Times fetching was paused because the writer took no batch for 30 s")
+                           .Add({});
+    impl_->m_queued_bytes =
+        &unlabelled_gauge(*metrics, "kstate_ingest_write_queue_bytes",
+                          "Bytes of batches read from Kafka that wait for the writer thread or are being written");
   }
 }
 
@@ -469,6 +632,16 @@ status engine::start() {
   auto builder = batch_builder::create(i.db, i.views, i.cfg.max_json_depth);
   if (!builder.ok()) return builder.error();
   i.builder = std::move(builder.value());
+  i.writer = std::make_unique<apply_stage>(
+      [&i](built_batch& b) {
+        bool written = false;
+        if (auto why = guarded([&] { written = i.write_built(b); })) {
+          i.set_fatal("ingest writer stopped by an exception: " + *why);
+          return false;
+        }
+        return written;
+      },
+      i.cfg.max_queued_bytes);
   std::set<std::string> dlq_topics;
   std::vector<const view_def*> aggregates;
   for (const auto& v : i.views) {
@@ -496,7 +669,10 @@ status engine::start() {
     return status::invalid_argument(std::string("subscribe: ") + rd_kafka_err2str(err));
   i.running = true;
   i.last_commit = std::chrono::steady_clock::now();
-  i.thread = std::thread([&i] { i.run_guarded(); });
+  i.thread = std::thread([&i] {
+    name_this_thread("ks-ingest");
+    i.run_guarded();
+  });
   log()->info("consuming {} topic(s) as group '{}'", i.topics.size(), i.cfg.application_id);
   return status::ok_status();
 }
@@ -510,7 +686,8 @@ void engine::stop() {
     if (!i.failed) {
       // On this (the caller's) thread now: guarded like the ingest thread.
       auto why = guarded([&i] {
-        if (i.builder) (void)i.flush();  // a failure is logged inside; the written positions are committed
+        // A failure is logged inside; the written positions are committed.
+        if (i.builder) (void)i.flush_and_drain();
         i.commit_positions(true);
       });
       if (why) i.set_fatal("stopping ingest: " + *why);
@@ -519,6 +696,7 @@ void engine::stop() {
     auto err = rd_kafka_consumer_close(i.consumer);
     if (err) log()->warn("closing consumer: {}", rd_kafka_err2str(err));
   }
+  if (i.writer) i.writer->stop();
   if (i.agg) i.agg->close();
   i.ownership.revoke_all();
   log()->info("stopped after consuming {} records", i.stats.consumed.load());

@@ -34,11 +34,15 @@ status set_props(rd_kafka_conf_t* conf, const kafka_props& props) {
 
 // Consumers of source topics: the prefetch queue and the fetch buffers are part of
 // kstate's fixed memory overhead (docs/operations.md). librdkafka's defaults (64 MiB
-// queue, 50 MiB fetches) would dwarf a small RocksDB budget; 8 MiB each still keeps
-// ingest at full speed.
+// queue, 50 MiB fetches) would dwarf a small RocksDB budget. The queue must hold more
+// than one fetch response: librdkafka stops fetching once a response takes it past
+// the threshold (and the engine then wakes the fetcher when it drained the queue,
+// engine.cc: wake_fetcher_if_behind), so 16 MiB for fetches of 8 MiB. A queued message
+// costs librdkafka a few hundred bytes besides its payload, so the record count stays
+// at librdkafka's 100,000.
 kafka_props source_consumer_defaults() {
   return {{"isolation.level", "read_committed"},
-          {"queued.max.messages.kbytes", "8192"},
+          {"queued.max.messages.kbytes", "16384"},
           {"fetch.max.bytes", "8388608"},
           {"receive.message.max.bytes", "9437184"}};
 }

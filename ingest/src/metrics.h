@@ -4,6 +4,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
@@ -21,6 +22,11 @@ inline prometheus::Histogram& unlabelled_histogram(prometheus::Registry& r, cons
                                                    const std::string& help,
                                                    const prometheus::Histogram::BucketBoundaries& buckets) {
   return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
+}
+
+// A gauge without labels.
+inline prometheus::Gauge& unlabelled_gauge(prometheus::Registry& r, const std::string& name, const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
 }
 
 }  // namespace kstate::ingest

@@ -369,9 +369,12 @@ app_config parse(const YAML::Node& root) {
   }
   if (auto i = root["ingest"]) {
     check_keys(i, "ingest",
-               {"max_batch_records", "max_batch_delay_ms", "commit_interval_ms", "startup_timeout_ms", "client_id"});
+               {"max_batch_records", "max_batch_delay_ms", "max_queued_mb", "commit_interval_ms", "startup_timeout_ms",
+                "client_id"});
     if (i["max_batch_records"])
       c.ingest.max_batch_records = get_number<int>(i["max_batch_records"], "ingest.max_batch_records", 1, 1'000'000);
+    if (i["max_queued_mb"])
+      c.ingest.max_queued_bytes = get_number<size_t>(i["max_queued_mb"], "ingest.max_queued_mb", 1, 65'536) << 20;
     if (i["max_batch_delay_ms"])
       c.ingest.max_batch_delay = std::chrono::milliseconds(
           get_number<int64_t>(i["max_batch_delay_ms"], "ingest.max_batch_delay_ms", 0, 60'000));

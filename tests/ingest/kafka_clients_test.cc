@@ -55,7 +55,7 @@ TEST_CASE("the engine's consumer: memory defaults the user may change, group pro
   auto cfg = base_config();
   check_props(cfg, ki::engine_consumer_spec(cfg),
               {{"isolation.level", "read_committed"},
-               {"queued.max.messages.kbytes", "8192"},
+               {"queued.max.messages.kbytes", "16384"},
                {"fetch.max.bytes", "1000000"},
                {"receive.message.max.bytes", "9437184"},
                {"socket.timeout.ms", "12345"},
@@ -79,7 +79,7 @@ TEST_CASE("the standby consumer: the engine's memory defaults, a group it never 
   auto cfg = base_config();
   check_props(cfg, ki::standby_consumer_spec(cfg),
               {{"isolation.level", "read_committed"},
-               {"queued.max.messages.kbytes", "8192"},
+               {"queued.max.messages.kbytes", "16384"},
                {"fetch.max.bytes", "1000000"},
                {"receive.message.max.bytes", "9437184"},
                {"socket.timeout.ms", "12345"},

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,32 @@ struct rejection {
   std::optional<std::string> key;
   std::optional<std::string> value;
   std::string reason;
+};
+
+// Records seen, and their applications to views, in one batch.
+struct record_counts {
+  uint64_t records = 0, bytes = 0, applied = 0, invalid = 0;
+};
+
+// Everything a batch_builder collected since its last take(): the write that applies it
+// and what to report once it is written.
+struct built_batch {
+  // The state changes, followed by the position each touched (view, partition) reaches.
+  storage::write_batch batch;
+  std::vector<rejection> rejections;
+  // Partitions touched, with the next offset they reach.
+  std::map<std::pair<std::string, int32_t>, int64_t> touched;
+  std::map<std::pair<std::string, int32_t>, record_counts> partition_counts;
+  // applied/invalid per (view, topic, partition).
+  std::map<std::tuple<std::string, std::string, int32_t>, record_counts> view_counts;
+  // Partitions whose end (the offset after their last record) the consumer reached
+  // with this batch: current once it is written.
+  std::vector<std::tuple<std::string, int32_t, int64_t>> ends;
+  size_t records = 0;
+  // The batch's number in the order the engine hands batches to its writer.
+  uint64_t sequence = 0;
+  // Bytes the batch holds (for the apply stage's bound).
+  size_t bytes() const { return batch.byte_size() + 64 * rejections.size(); }
 };
 
 // Validates a record against a view's formats. Empty string: valid; otherwise the
@@ -83,15 +110,16 @@ class batch_builder {
   // Partitions touched since the last reset, with the next offset they reach.
   const std::map<std::pair<std::string, int32_t>, int64_t>& touched() const { return touched_; }
   // Counts per (topic, partition) since the last reset.
-  struct counts {
-    uint64_t records = 0, bytes = 0, applied = 0, invalid = 0;
-  };
+  using counts = record_counts;
   const std::map<std::pair<std::string, int32_t>, counts>& partition_counts() const { return counts_; }
   // applied/invalid per (view, topic, partition) since the last reset.
   const std::map<std::tuple<std::string, std::string, int32_t>, counts>& view_counts() const { return view_counts_; }
 
   // Starts a new batch (after the current one was written).
   void reset();
+  // Moves the batch out, positions written, and starts a new one in `fresh` (a cleared
+  // write_batch of this builder's db; a new one when empty).
+  built_batch take(std::optional<storage::write_batch> fresh = std::nullopt);
 
  private:
   batch_builder(storage::db& db, int max_json_depth);

@@ -8,8 +8,10 @@
 // beginning when none); offsets committed to the group are for monitoring only. On
 // revocation the pending batch is written before the partitions are released.
 //
-// Threading: start() spawns one ingest thread that owns the consumer, the dead-letter
-// producer and the batch; stop() joins it. Stats are atomics, readable from any thread.
+// Threading: start() spawns the ingest thread, which owns the consumer, the dead-letter
+// producer and the batch being built, and the writer thread, which writes the built
+// batches in order (the ingest thread goes on polling meanwhile; a full writer queue
+// pauses fetching); stop() joins both. Stats are atomics, readable from any thread.
 
 #include <atomic>
 #include <chrono>
@@ -61,6 +63,9 @@ struct ingest_config {
   int max_batch_records = 10'000;
   // Longest a consumed record waits before its batch is written. Default 50 ms.
   std::chrono::milliseconds max_batch_delay{50};
+  // Most bytes of built batches waiting for the writer thread; when reached, the ingest
+  // thread waits for room before it takes more records from the consumer. Default 16 MiB.
+  size_t max_queued_bytes = size_t{16} << 20;
   // How often positions are committed to the group for monitoring. Default 1 s.
   std::chrono::milliseconds commit_interval{1'000};
   // How long start() waits for topic metadata and dead-letter topics. Default 30 s.
@@ -97,6 +102,7 @@ struct ingest_stats {
   std::atomic<uint64_t> rebalances{0};              // assignment changes
   std::atomic<uint64_t> restored{0};                // changelog records applied to local stores
   std::atomic<uint64_t> aborted{0};                 // transactions aborted (consumer rewound)
+  std::atomic<uint64_t> fetcher_wakeups{0};         // requests sent to wake librdkafka's fetcher
 };
 
 // Checks extra librdkafka properties the way the consumer will set them; the error
