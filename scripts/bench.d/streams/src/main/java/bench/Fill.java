@@ -25,6 +25,10 @@ import org.apache.kafka.common.utils.Utils;
  *     "key<TAB>partition<TAB>present": 95% present keys, 5% keys never written (404).
  *   Fill append bootstrap=B topic=T keys=K rate=R seconds=D seed=X
  *     updates of existing keys at R records/s for D seconds (lookups under ingest).
+ *   Fill burst bootstrap=B topic=T keys=K records=N seed=X
+ *     N updates of existing keys as fast as the producer goes (a backlog).
+ *   Fill lines bootstrap=B topic=T keys=V records=N countfile=F seed=X
+ *     N lines of text over a vocabulary of V words, for the word count (see lines()).
  *
  * Keys are 16 bytes ("k" + 15 digits); values are 100-byte JSON documents that are
  * already compact with sorted keys, i.e. what kstate prints back byte for byte.
@@ -40,6 +44,62 @@ public final class Fill {
     StringBuilder b = new StringBuilder(100).append("{\"a\":\"");
     for (int i = 0; i < pad; i++) b.append((char) ('a' + (int) ((id + seq + i) % 26)));
     return b.append(tail).toString().getBytes(StandardCharsets.US_ASCII);
+  }
+
+  /**
+   * Lines of text for the word count: 4 to 12 words each, drawn from a vocabulary of
+   * `vocabulary` words with Zipf-like frequencies (rank i with probability ∝ 1/i), some
+   * capitalized, separated by ASCII spaces and punctuation, so that kstate's word
+   * splitter and Java's split("\\W+") agree on them. The expected count of every
+   * (lower-cased) word goes to `countfile`, "word\tcount" per line; the last line is
+   * "\ttotal" with the number of words.
+   */
+  static long lines(KafkaProducer<byte[], byte[]> prod, String topic, long records, int vocabulary, SplittableRandom rnd,
+                    Path countfile, AtomicReference<Exception> failed) throws Exception {
+    String[] words = new String[vocabulary];
+    String letters = "etaoinshrdlucmfwypvbgkjqxz";
+    for (int i = 0; i < vocabulary; i++) {
+      // i + 26^2 in base 26: distinct words of three letters or more.
+      StringBuilder w = new StringBuilder();
+      for (int n = i + 676; n > 0; n /= letters.length()) w.append(letters.charAt(n % letters.length()));
+      words[i] = w.toString();
+    }
+    double[] cdf = new double[vocabulary];
+    double sum = 0;
+    for (int i = 0; i < vocabulary; i++) cdf[i] = (sum += 1.0 / (i + 1));
+    for (int i = 0; i < vocabulary; i++) cdf[i] /= sum;
+    long[] counts = new long[vocabulary];
+    long total = 0;
+    String[] separators = {" ", " ", " ", ", ", ". ", " - ", "; ", " (", ") "};
+    StringBuilder line = new StringBuilder(128);
+    for (long seq = 0; seq < records; seq++) {
+      line.setLength(0);
+      int n = 4 + rnd.nextInt(9);
+      for (int j = 0; j < n; j++) {
+        int idx = java.util.Arrays.binarySearch(cdf, rnd.nextDouble());
+        if (idx < 0) idx = -idx - 1;
+        if (idx >= vocabulary) idx = vocabulary - 1;
+        counts[idx]++;
+        total++;
+        if (j > 0) line.append(separators[rnd.nextInt(separators.length)]);
+        String w = words[idx];
+        if (rnd.nextInt(10) == 0) line.append(Character.toUpperCase(w.charAt(0))).append(w, 1, w.length());
+        else line.append(w);
+      }
+      if (rnd.nextInt(4) == 0) line.append('.');
+      prod.send(new ProducerRecord<>(topic, ("l" + seq).getBytes(StandardCharsets.US_ASCII),
+          line.toString().getBytes(StandardCharsets.US_ASCII)), (md, e) -> {
+        if (e != null) failed.compareAndSet(null, e);
+      });
+      if (failed.get() != null) throw failed.get();
+    }
+    prod.flush();
+    try (BufferedWriter w = Files.newBufferedWriter(countfile)) {
+      for (int i = 0; i < vocabulary; i++)
+        if (counts[i] > 0) w.write(words[i] + "\t" + counts[i] + "\n");
+      w.write("\ttotal\t" + total + "\n");
+    }
+    return records;
   }
 
   public static void main(String[] argv) throws Exception {
@@ -106,8 +166,22 @@ public final class Fill {
           Thread.sleep(1);
         }
         prod.flush();
+      } else if (argv[0].equals("burst")) {
+        // A backlog of updates of existing keys, as fast as the producer goes.
+        long records = Long.parseLong(a.get("records"));
+        long seq0 = Long.parseLong(a.getOrDefault("seq0", "200000000"));
+        for (; sent < records; sent++) {
+          long id = rnd.nextLong(keys);
+          prod.send(new ProducerRecord<>(topic, key(id), value(id, seq0 + sent)), (md, e) -> {
+            if (e != null) failed.compareAndSet(null, e);
+          });
+          if (failed.get() != null) throw failed.get();
+        }
+        prod.flush();
+      } else if (argv[0].equals("lines")) {
+        sent = lines(prod, topic, Long.parseLong(a.get("records")), (int) keys, rnd, Path.of(a.get("countfile")), failed);
       } else {
-        throw new IllegalArgumentException("fill | append");
+        throw new IllegalArgumentException("fill | append | burst | lines");
       }
     }
     if (failed.get() != null) throw failed.get();
