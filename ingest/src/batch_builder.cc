@@ -1,5 +1,6 @@
 #include "ingest/batch_builder.h"
 
+#include <algorithm>
 #include <array>
 
 #include "core/json_check.h"
@@ -121,8 +122,6 @@ void batch_builder::add(const record& r) {
   ++pending_;
   if (!cur.slots) return;
 
-  std::array<char, 8> frame;
-  bool framed = false;
   for (size_t i = 0; i < cur.slots->size(); ++i) {
     const auto& slot = (*cur.slots)[i];
     auto& pos = *cur.positions[i];
@@ -139,16 +138,11 @@ void batch_builder::add(const record& r) {
                                       r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt,
                                       std::move(reason)});
     } else if (r.value) {
-      if (!framed) {
-        frame = frame_header(r.offset);
-        framed = true;
-      }
-      // Stored as frame_value(offset, value), gathered from both parts.
-      batch_.put(slot.id, r.partition, *r.key, std::string_view(frame.data(), frame.size()), *r.value);
+      stage(slot.id, r.partition, *r.key, r.value, r.offset);
       ++c.applied;
       ++vc.applied;
     } else {
-      batch_.del(slot.id, r.partition, *r.key);
+      stage(slot.id, r.partition, *r.key, std::nullopt, r.offset);
       ++c.applied;
       ++vc.applied;
     }
@@ -160,7 +154,61 @@ void batch_builder::add(const record& r) {
   *cur.touched = r.offset + 1;
 }
 
+void batch_builder::stage(storage::view_id view, int32_t partition, std::string_view key,
+                          std::optional<std::string_view> value, int64_t offset) {
+  staged s;
+  s.view = view;
+  s.partition = partition;
+  s.offset = offset;
+  s.key_at = arena_.size();
+  s.key_size = static_cast<uint32_t>(key.size());
+  arena_.append(key);
+  s.value_at = arena_.size();
+  s.deleted = !value;
+  if (value) {
+    s.value_size = static_cast<uint32_t>(value->size());
+    arena_.append(*value);
+  }
+  staged_.push_back(s);
+}
+
+void batch_builder::write_staged() {
+  if (staged_.empty()) return;
+  // In (view, partition, key) order, each key once with its last change of the batch:
+  // RocksDB's memtable inserts keys that arrive in order with fewer comparisons, and a
+  // key changed twice in a batch is written once.
+  order_.resize(staged_.size());
+  for (uint32_t i = 0; i < order_.size(); ++i) order_[i] = i;
+  const auto key_of = [this](const staged& s) { return std::string_view(arena_.data() + s.key_at, s.key_size); };
+  std::sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
+    const staged& x = staged_[a];
+    const staged& y = staged_[b];
+    if (x.view != y.view) return x.view < y.view;
+    if (x.partition != y.partition) return x.partition < y.partition;
+    if (int c = key_of(x).compare(key_of(y)); c != 0) return c < 0;
+    return a < b;  // arrival order: the last change of a key comes last
+  });
+  for (size_t i = 0; i < order_.size(); ++i) {
+    const staged& s = staged_[order_[i]];
+    if (i + 1 < order_.size()) {
+      const staged& next = staged_[order_[i + 1]];
+      if (next.view == s.view && next.partition == s.partition && key_of(next) == key_of(s)) continue;
+    }
+    if (s.deleted) {
+      batch_.del(s.view, s.partition, key_of(s));
+    } else {
+      // Stored as frame_value(offset, value), gathered from both parts.
+      const auto frame = frame_header(s.offset);
+      batch_.put(s.view, s.partition, key_of(s), std::string_view(frame.data(), frame.size()),
+                 std::string_view(arena_.data() + s.value_at, s.value_size));
+    }
+  }
+  staged_.clear();
+  arena_.clear();
+}
+
 void batch_builder::write_positions() {
+  write_staged();
   for (auto& [key, pos] : view_pos_) {
     if (!pos.dirty) continue;
     batch_.set_position(std::get<0>(key), std::get<2>(key), pos.next);
@@ -208,6 +256,8 @@ built_batch batch_builder::take(std::optional<storage::write_batch> fresh) {
 
 void batch_builder::reset() {
   batch_.clear();
+  staged_.clear();
+  arena_.clear();
   for (auto& [key, pos] : view_pos_) pos.dirty = false;
   rejections_.clear();
   touched_.clear();

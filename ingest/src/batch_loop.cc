@@ -59,9 +59,12 @@ status run_batch_loop(rd_kafka_t* consumer, batch_builder& builder, const std::a
       m.reset();
     }
     if (idle && hooks.idle) hooks.idle();
+    // The clock is read every 64 records: a batch may run up to 63 records past
+    // max_batch_delay, a few microseconds. A delay of 0 writes every record at once.
     const size_t pending = builder.pending_records();
-    if (pending > 0 &&
-        (idle || pending >= options.max_batch_records || clock::now() - first_pending >= options.max_batch_delay))
+    const bool delay_over = options.max_batch_delay.count() == 0 ||
+                            ((pending & 63) == 0 && clock::now() - first_pending >= options.max_batch_delay);
+    if (pending > 0 && (idle || pending >= options.max_batch_records || delay_over))
       if (auto s = hooks.write(); !s.ok()) return s;
   }
   return status::ok_status();

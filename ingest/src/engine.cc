@@ -49,6 +49,7 @@ struct engine::impl {
   uint64_t last_sequence = 0;
   std::atomic<uint64_t> written_sequence{0};
   std::chrono::steady_clock::time_point last_wake{};  // wake_fetcher_if_behind()
+  uint64_t turns = 0;                                 // of the batch loop
   std::thread thread;
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
@@ -564,10 +565,12 @@ struct engine::impl {
   void run() {
     batch_loop_options options{"consumer", static_cast<size_t>(cfg.max_batch_records), cfg.max_batch_delay, 100};
     batch_loop_hooks hooks;
+    // The periodic work reads the clock: every 1,024 records while records stream in,
+    // and at every poll that finds nothing.
     hooks.each_turn = [this] {
       if (writer->failed()) return not_written();
       wait_for_writer();
-      periodic();
+      if ((++turns & 1023) == 0) periodic();
       return status::ok_status();
     };
     hooks.after_add = [this](const record& r) {
@@ -586,7 +589,10 @@ struct engine::impl {
       return flush() ? status::ok_status() : not_written();
     };
     hooks.write = [this] { return flush() ? status::ok_status() : not_written(); };
-    hooks.idle = [this] { wake_fetcher_if_behind(); };
+    hooks.idle = [this] {
+      periodic();
+      wake_fetcher_if_behind();
+    };
     auto s = run_batch_loop(consumer, *builder, running, options, hooks);
     // Failures of the hooks were reported where they happened; what is left is the
     // consumer's own fatal error.

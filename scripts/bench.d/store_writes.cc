@@ -1,19 +1,17 @@
-// The store's own write limit for scripts/bench: what kstate's storage layer writes per
-// second with one writer and nothing else, so the ingest figure can be read against the
-// ceiling it cannot pass.
+// The store's own write limit for scripts/bench: what kstate's write path does per
+// second with one thread and no Kafka, so the ingest figure can be read against it.
 //
 //   store_writes DIR RECORDS KEYS PARTITIONS [BATCH]
 //
-// Opens kstate's storage::db in DIR (an empty directory) with kstate's default options
-// (the ones the server uses without configuration), one view "bench", and writes
-// RECORDS records over KEYS keys exactly as the bench's producer makes them (16-byte
+// Makes RECORDS records over KEYS keys exactly as the bench's producer does (16-byte
 // keys "k" + 15 digits, 100-byte JSON values; the first KEYS records write every key
-// once, the rest pick keys uniformly), each framed with its offset as ingest stores it,
-// in batches of BATCH records (default 10,000, ingest's max_batch_records) that end with
-// the position of every partition they touched. Keys go to partition hash % PARTITIONS.
-// Compaction runs as it does in the server. The clock and the CPU time run from the
-// first write to the last one, flushes and compactions that are still running then
-// included in the CPU time only as far as they got.
+// once, the rest pick keys uniformly; partition hash % PARTITIONS), then, with the
+// clock running, feeds them to kstate's own batch builder (validation, the stored
+// layout, key order) in batches of BATCH records (default 10,000, ingest's
+// max_batch_records) and writes each batch to kstate's storage::db in DIR (an empty
+// directory) with kstate's default options, on one thread: build, write, build, write.
+// Flushes and compactions run in RocksDB's threads as in the server; the CPU time counts
+// them as far as they got when the last write returned.
 //
 // Prints one JSON line: records, seconds, rps, cpu_s.
 #include <sys/resource.h>
@@ -25,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "core/value_codec.h"
+#include "ingest/batch_builder.h"
 #include "storage/db.h"
 
 namespace {
@@ -69,6 +67,23 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // The records, made before the clock starts: the producer's work is not the store's.
+  std::vector<std::string> keys_of(records), values_of(records);
+  std::vector<int32_t> partition_of(records);
+  std::vector<int64_t> offset_of(records);
+  {
+    std::mt19937_64 rnd(1);
+    std::vector<int64_t> next(static_cast<std::size_t>(partitions), 0);
+    for (uint64_t seq = 0; seq < records; ++seq) {
+      const uint64_t id = seq < keys ? seq : rnd() % keys;
+      make_key(keys_of[seq], id);
+      make_value(values_of[seq], id, seq);
+      const auto p = std::hash<std::string>{}(keys_of[seq]) % static_cast<std::size_t>(partitions);
+      partition_of[seq] = static_cast<int32_t>(p);
+      offset_of[seq] = next[p]++;
+    }
+  }
+
   kstate::storage::db_options opts;
   opts.path = dir;
   auto opened = kstate::storage::db::open(opts, {"bench"});
@@ -77,35 +92,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto& db = *opened.value();
-  const auto view = *db.find_view("bench");
+  const std::vector<kstate::view_def> views{kstate::view_def{.name = "bench", .topic = "bench"}};
+  auto builder = std::move(kstate::ingest::batch_builder::create(db, views).value());
 
-  std::mt19937_64 rnd(1);
-  std::vector<int64_t> next(static_cast<std::size_t>(partitions), 0);
-  std::vector<bool> touched(static_cast<std::size_t>(partitions), false);
-  std::string key, value;
-  auto batch = db.new_batch();
   const auto t0 = std::chrono::steady_clock::now();
   const double c0 = cpu_seconds();
   for (uint64_t seq = 0; seq < records;) {
-    for (uint64_t n = 0; n < batch_records && seq < records; ++n, ++seq) {
-      const uint64_t id = seq < keys ? seq : rnd() % keys;
-      make_key(key, id);
-      make_value(value, id, seq);
-      const auto p = static_cast<std::size_t>(std::hash<std::string>{}(key) % static_cast<std::size_t>(partitions));
-      const auto frame = kstate::frame_header(next[p]++);
-      batch.put(view, static_cast<int32_t>(p), key, std::string_view(frame.data(), frame.size()), value);
-      touched[p] = true;
-    }
-    for (std::size_t p = 0; p < touched.size(); ++p) {
-      if (!touched[p]) continue;
-      batch.set_position(view, static_cast<int32_t>(p), next[p]);
-      touched[p] = false;
-    }
-    if (auto s = db.write(batch); !s.ok()) {
+    for (uint64_t n = 0; n < batch_records && seq < records; ++n, ++seq)
+      builder->add(kstate::ingest::record{"bench", partition_of[seq], offset_of[seq], keys_of[seq], values_of[seq]});
+    auto b = builder->take();
+    if (auto s = db.write(b.batch); !s.ok()) {
       std::fprintf(stderr, "store_writes: %s\n", s.to_string().c_str());
       return 1;
     }
-    batch.clear();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpu = cpu_seconds() - c0;

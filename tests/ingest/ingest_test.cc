@@ -1,6 +1,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -110,8 +111,10 @@ TEST_CASE("one batch carries every view's state changes and each partition's nex
 
   auto users = *f.db->find_view("users"), raw = *f.db->find_view("raw"), other = *f.db->find_view("other");
   // Expected, written out from the rules: users applies alice put, skips bob (invalid
-  // JSON), applies alice delete; raw applies all three; then each (view, partition)'s
-  // final position, once, in view order. The position passes bob for users too.
+  // JSON), applies alice delete; raw applies all three. A key changed twice in the batch
+  // is written once, with its last change, and the changes come in (view, partition,
+  // key) order; then each (view, partition)'s final position, once, in view order. The
+  // position passes bob for users too.
   struct exp {
     storage::view_id v;
     int32_t p;
@@ -120,16 +123,16 @@ TEST_CASE("one batch carries every view's state changes and each partition's nex
     std::optional<int64_t> pos;
   };
   std::vector<exp> expected{
-      {users, 2, "alice", frame_value(10, R"({"n":1})"), {}},
-      {raw, 2, "alice", frame_value(10, R"({"n":1})"), {}},
-      {raw, 2, "bob", frame_value(11, "not json"), {}},
       {users, 2, "alice", {}, {}},
       {raw, 2, "alice", {}, {}},
+      {raw, 2, "bob", frame_value(11, "not json"), {}},
       {other, 0, "x", frame_value(5, "hello"), {}},
-      {users, 2, "", {}, 13},
-      {raw, 2, "", {}, 13},
-      {other, 0, "", {}, 6},
   };
+  std::sort(expected.begin(), expected.end(),
+            [](const exp& a, const exp& b) { return std::tie(a.v, a.p, a.key) < std::tie(b.v, b.p, b.key); });
+  expected.push_back({users, 2, "", {}, 13});
+  expected.push_back({raw, 2, "", {}, 13});
+  expected.push_back({other, 0, "", {}, 6});
   auto entries = b.batch().entries();
   REQUIRE(entries.size() == expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {

@@ -3,12 +3,11 @@
 // written is read again after the restart, never lost and never applied twice.
 //
 // One topic feeds a table and an exactly-once count of the same keys. A small writer
-// queue (ingest.max_queued_mb: 1) keeps batches waiting and fetching paused and
-// resumed all the time. Each kill comes right after /metrics showed batches waiting
-// for the writer or being written. At the end the table equals the model, each
-// value carries the offset of the record that wrote it last, every count equals the
-// number of records of its key (a record applied twice would count twice), and the
-// stored positions are the topic's end offsets.
+// queue (ingest.max_queued_mb: 1) and small memtables (a flush every MiB) keep the
+// writer behind the ingest thread, which waits for room all the time. Each kill comes the moment /metrics shows batches
+// waiting for the writer or being written. At the end the table equals the model, each value carries the offset of the
+// record that wrote it last, every count equals the number of records of its key (a record applied twice would count
+// twice), and the stored positions are the topic's end offsets.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -35,7 +34,7 @@ double scrape(kstate_process& ks, const std::string& metric) {
 }  // namespace
 
 TEST_CASE("kill -9 with batches waiting for the writer, 10 times: table, counts and positions equal the model") {
-  const int total = 800'000, keys = 20'000, partitions = 6;
+  const int total = 1'000'000, keys = 20'000, partitions = 6;
   const auto topic = unique_name("writer-crash");
   create_topic(topic, partitions);
 
@@ -64,25 +63,26 @@ TEST_CASE("kill -9 with batches waiting for the writer, 10 times: table, counts 
 
   const auto dir = temp_dir("writer-crash");
   kstate_process ks(unique_name("writer-crash-app"),
-                    {{"t", topic}, {.name = "c", .topic = topic, .extra = "kind: count, cache: true"}},
-                    dir + "/state");
+                    {{"t", topic}, {.name = "c", .topic = topic, .extra = "kind: count, cache: true"}}, dir + "/state");
   // A static member id: each restart takes its partitions back at once instead of
-  // waiting for the killed member's session to time out.
-  ks.extra_args({"--set", "ingest.max_queued_mb=1", "--set", "kafka.group.instance.id=writer-crash"});
+  // waiting for the killed member's session to time out. Memtables of 1 MiB make the
+  // writer flush (and stall on compactions) often, so that it falls behind the ingest
+  // thread and batches wait for it.
+  ks.extra_args({"--set", "ingest.max_queued_mb=1", "--set", "kafka.group.instance.id=writer-crash", "--set",
+                 "rocksdb.write_buffer_mb=1", "--set", "ingest.max_batch_records=2000"});
 
-  std::uniform_int_distribution<int> delay_ms(0, 30);
   int kills = 0, kills_with_batches_pending = 0;
   for (int attempt = 0; attempt < 40 && kills_with_batches_pending < 10; ++attempt) {
     ks.start();
-    // Wait until the writer has batches: ingest is running ahead of the writes.
+    // Kill the moment /metrics shows batches waiting for the writer or being written:
+    // ingest is running ahead of the writes.
     double pending = 0;
+    int64_t applied = 0;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while ((pending = scrape(ks, "kstate_ingest_write_queue_bytes")) <= 0 &&
-           ks.position_sum("t") < static_cast<int64_t>(total) && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
-    pending = scrape(ks, "kstate_ingest_write_queue_bytes");
-    const auto applied = ks.position_sum("t");
+           (applied = ks.position_sum("t")) < static_cast<int64_t>(total) &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ks.kill9();
     ++kills;
     if (pending > 0) ++kills_with_batches_pending;

@@ -102,8 +102,9 @@ class batch_builder {
   void note_applied(const std::string& view, std::string_view topic, int32_t partition);
 
   size_t pending_records() const { return pending_; }
-  // The batch to write: the state changes added so far, followed by the position each
-  // touched (view, partition) reaches. A position is written once per batch, not once
+  // The batch to write: the state changes added so far (in view, partition and key
+  // order, a key changed twice only with its last change), followed by the position
+  // each touched (view, partition) reaches. A position is written once per batch, not once
   // per record: RocksDB would keep every version of it in the memtable.
   storage::write_batch& batch();
   const std::vector<rejection>& rejections() const { return rejections_; }
@@ -146,6 +147,12 @@ class batch_builder {
     std::vector<counts*> per_view;          // parallel to *slots
   };
   partition_cursor& cursor_for(std::string_view topic, int32_t partition);
+  // Keeps a put (value) or a delete (nullopt) of the record at `offset` for the batch.
+  void stage(storage::view_id view, int32_t partition, std::string_view key, std::optional<std::string_view> value,
+             int64_t offset);
+  // Adds the staged changes to the batch, sorted by key, the last of each key only.
+  void write_staged();
+  // write_staged(), then the positions the batch reaches.
   void write_positions();
 
   storage::db& db_;
@@ -156,6 +163,19 @@ class batch_builder {
   partition_cursor cursor_;
   bool cursor_valid_ = false;
   storage::write_batch batch_;
+  // The changes of the records added since the batch was last written out: their bytes
+  // in arena_, in arrival order (write_staged sorts them).
+  struct staged {
+    storage::view_id view;
+    int32_t partition;
+    int64_t offset;
+    size_t key_at, value_at;
+    uint32_t key_size, value_size = 0;
+    bool deleted;
+  };
+  std::string arena_;
+  std::vector<staged> staged_;
+  std::vector<uint32_t> order_;
   std::vector<rejection> rejections_;
   std::map<std::pair<std::string, int32_t>, int64_t> touched_;
   std::map<std::pair<std::string, int32_t>, counts> counts_;
