@@ -187,13 +187,24 @@ void agg_pipeline::stage1(view_state& v, const record& r) {
     int64_t ts = 0;
     if (event_time(*v.def, r.value, r.timestamp, cfg_.max_json_depth, ts).empty() && refuse_future(v, r, ts)) return;
   }
-  int32_t count = ownership_.partition_count(v.def->topic);
+  if (!v.def->windowed()) {
+    // Combined: one repartition record per key and batch, produced at commit().
+    const size_t idx = static_cast<size_t>(&v - views_.data());
+    for (auto& k : keys) {
+      auto it = partials_.try_emplace(std::make_pair(idx, std::move(k))).first;
+      // The value was checked above: combining it cannot fail.
+      (void)v.agg.combine(it->second, r.value, r.timestamp);
+    }
+    return;
+  }
+  // Windowed: one repartition record per source record and key, which carries the
+  // input's timestamp (the event time, unless window.time_field names one in the value).
   // Words carry no value: stage 2 only counts them.
-  std::optional<std::string_view> value = v.def->group_by == group_by_kind::words ? std::nullopt : r.value;
+  const int32_t count = ownership_.partition_count(v.def->topic);
+  const bool words = v.def->group_by == group_by_kind::words;
   for (const auto& k : keys) {
-    // The input's timestamp travels with the re-keyed record: it is the event time of
-    // windowed views.
-    auto s = produce(v.def->topic, murmur2_(k, count), k, value, -1, r.timestamp);
+    auto s = words ? produce(v.def->topic, murmur2_(k, count), k, std::nullopt, -1, r.timestamp)
+                   : produce(v.def->topic, murmur2_(k, count), k, r.value, -1, r.timestamp);
     if (!s.ok()) log()->error("{}", s.message());
   }
 }
@@ -311,6 +322,7 @@ agg_pipeline::outcome agg_pipeline::abort_and_rewind(std::string& error, const s
   }
   in_txn_ = false;
   cache_.clear();
+  partials_.clear();
   stream_time_ = stream_time_committed_;
   delivered_end_.clear();
   delivery_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -345,6 +357,14 @@ void agg_pipeline::written(uint64_t sequence) {
 
 agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::string& error, uint64_t sequence) {
   if (consumed_.empty()) return outcome::committed;
+  // Stage 1's combined records: what the batch's records add up to, per key.
+  for (const auto& [k, p] : partials_) {
+    auto& v = views_[k.first];
+    const int32_t partition = murmur2_(k.second, ownership_.partition_count(v.def->topic));
+    auto s = produce(v.def->topic, partition, k.second, v.agg.encode(p), -1, p.timestamp);
+    if (!s.ok()) return abort_and_rewind(error, s.message());
+  }
+  partials_.clear();
   // Record cache: only the last update of each key in this batch goes to the changelog.
   for (auto& [k, c] : cache_) {
     auto& v = views_[std::get<0>(k)];

@@ -162,6 +162,9 @@ class agg_pipeline {
   std::map<std::pair<std::string, int32_t>, int64_t> consumed_;
   // Aggregates touched in this batch: (view index, partition, key).
   std::map<std::tuple<size_t, int32_t, std::string>, cached> cache_;
+  // Stage 1 of views that are not windowed: the batch's source records combined per
+  // (view index, group key), produced to the repartition topic at commit().
+  std::map<std::pair<size_t, std::string>, partial_aggregate> partials_;
   // Aggregates of committed batches that the engine's writer may not have written yet,
   // with the batch that wrote each last; fold() reads them before RocksDB. By batch, in
   // commit order, the keys each wrote, to forget them once written.

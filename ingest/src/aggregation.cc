@@ -5,7 +5,9 @@
 #include <unicode/uchar.h>
 #include <unicode/utf8.h>
 
+#include <algorithm>
 #include <array>
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "core/json_check.h"
@@ -282,56 +284,143 @@ std::string aggregator::check(std::optional<std::string_view> value) const {
   return {};
 }
 
+namespace {
+
+json to_json(const agg_number& n) { return n.integer ? json(n.i) : json(n.d); }
+
+agg_number from_json(const json& j) {
+  if (j.is_number_integer() && !(j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(INT64_MAX)))
+    return {true, j.get<int64_t>(), 0};
+  return {false, 0, j.get<double>()};
+}
+
+// Folds one number into a partial: its sum, min, max and latest.
+void fold_number(partial_aggregate& p, const json& n) {
+  p.sum = from_json(p.sum ? add(to_json(*p.sum), n) : n);
+  if (!p.min || less(n, to_json(*p.min))) p.min = from_json(n);
+  if (!p.max || less(to_json(*p.max), n)) p.max = from_json(n);
+  p.latest = from_json(n);
+}
+
+// The partial a repartition record's value holds (after partial_marker), or why not.
+std::string decode_partial(std::string_view text, int max_json_depth, bool needs_numbers, partial_aggregate& p) {
+  json doc;
+  if (parse_json(text, max_json_depth, doc) != json_verdict::ok || !doc.is_object())
+    return "repartition record is not a partial aggregate";
+  auto count = doc.find("count");
+  if (count == doc.end() || !count->is_number_integer() || count->get<int64_t>() < 1)
+    return "partial aggregate without a positive count";
+  p.count = count->get<int64_t>();
+  for (auto [name, field] : {std::pair{"sum", &p.sum}, {"min", &p.min}, {"max", &p.max}, {"latest", &p.latest}}) {
+    auto it = doc.find(name);
+    if (it == doc.end()) {
+      if (needs_numbers) return std::string("partial aggregate without its ") + name;
+      continue;
+    }
+    if (!it->is_number()) return std::string("partial aggregate's ") + name + " is not a number";
+    *field = from_json(*it);
+  }
+  return {};
+}
+
+// A count stored as a plain integer, read without a JSON parser; nullopt for any other
+// text (a count past 64 bits went on as a double).
+std::optional<int64_t> plain_integer(std::string_view text) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::string aggregator::combine(partial_aggregate& p, std::optional<std::string_view> value, int64_t timestamp) const {
+  if (needs_number(view_)) {
+    std::string why;
+    auto n = number_of(view_, value, max_json_depth_, why);
+    if (!n) return why;
+    fold_number(p, *n);
+  }
+  ++p.count;
+  p.timestamp = std::max(p.timestamp, timestamp);
+  return {};
+}
+
+std::string aggregator::encode(const partial_aggregate& p) const {
+  json doc = json::object();
+  doc["count"] = p.count;
+  if (p.sum) doc["sum"] = to_json(*p.sum);
+  if (p.min) doc["min"] = to_json(*p.min);
+  if (p.max) doc["max"] = to_json(*p.max);
+  if (p.latest) doc["latest"] = to_json(*p.latest);
+  std::string out(1, partial_marker);
+  out += doc.dump();
+  return out;
+}
+
 aggregator::outcome aggregator::apply(std::optional<std::string_view> current,
                                       std::optional<std::string_view> value) const {
   outcome out;
-  std::optional<json> n;
-  if (needs_number(view_)) {
-    n = number_of(view_, value, max_json_depth_, out.error);
-    if (!n) return out;
+  // One record is a partial of one; a combined record holds its own.
+  partial_aggregate p;
+  if (is_partial(value)) {
+    out.error = decode_partial(value->substr(1), max_json_depth_, needs_number(view_), p);
+  } else {
+    out.error = combine(p, value, -1);
+  }
+  if (!out.error.empty()) return out;
+  bool fresh = !current;
+  if (view_.kind == view_kind::count) {
+    // The common case of a count kept as a plain integer: no JSON parser either way.
+    std::optional<int64_t> now = fresh ? std::optional<int64_t>(0) : plain_integer(*current);
+    int64_t sum = 0;
+    if (now && !__builtin_add_overflow(*now, p.count, &sum)) {
+      out.state = std::to_string(sum);
+      return out;
+    }
   }
   json state;
   if (current && parse_json(*current, max_json_depth_, state) != json_verdict::ok) {
     out.error = "stored aggregate is not valid JSON";
     return out;
   }
-  bool fresh = !current;
+  const json count(p.count);
   switch (view_.kind) {
     case view_kind::table: out.error = "a table is not an aggregate"; return out;
-    case view_kind::count: state = fresh ? json(int64_t{1}) : add(state, json(int64_t{1})); break;
-    case view_kind::sum: state = fresh ? *n : add(state, *n); break;
+    case view_kind::count: state = fresh ? count : add(state, count); break;
+    case view_kind::sum: state = fresh ? to_json(*p.sum) : add(state, to_json(*p.sum)); break;
     case view_kind::reduce:
       switch (view_.reduce) {
-        case reduce_op::latest: state = *n; break;
+        case reduce_op::latest: state = to_json(*p.latest); break;
         case reduce_op::min:
-          if (fresh || less(*n, state)) state = *n;
+          if (fresh || less(to_json(*p.min), state)) state = to_json(*p.min);
           break;
         case reduce_op::max:
-          if (fresh || less(state, *n)) state = *n;
+          if (fresh || less(state, to_json(*p.max))) state = to_json(*p.max);
           break;
       }
       break;
     case view_kind::aggregate: {
       json next = json::object();
       // count and sum first: mean is derived from them.
-      json count = fresh ? json(int64_t{1}) : add(state.value("count", json(int64_t{0})), json(int64_t{1}));
+      json total = fresh ? count : add(state.value("count", json(int64_t{0})), count);
       json sum;
-      if (n) sum = fresh ? *n : add(state.value("sum", json(int64_t{0})), *n);
+      if (p.sum) sum = fresh ? to_json(*p.sum) : add(state.value("sum", json(int64_t{0})), to_json(*p.sum));
       for (auto f : view_.fields) {
         switch (f) {
-          case agg_field::count: next["count"] = count; break;
+          case agg_field::count: next["count"] = total; break;
           case agg_field::sum: next["sum"] = sum; break;
           case agg_field::min: {
             auto it = state.is_object() ? state.find("min") : state.end();
-            next["min"] = (fresh || it == state.end() || less(*n, *it)) ? *n : *it;
+            next["min"] = (fresh || it == state.end() || less(to_json(*p.min), *it)) ? to_json(*p.min) : *it;
             break;
           }
           case agg_field::max: {
             auto it = state.is_object() ? state.find("max") : state.end();
-            next["max"] = (fresh || it == state.end() || less(*it, *n)) ? *n : *it;
+            next["max"] = (fresh || it == state.end() || less(*it, to_json(*p.max))) ? to_json(*p.max) : *it;
             break;
           }
-          case agg_field::mean: next["mean"] = sum.get<double>() / count.get<double>(); break;
+          case agg_field::mean: next["mean"] = sum.get<double>() / total.get<double>(); break;
         }
       }
       state = std::move(next);

@@ -77,8 +77,8 @@ struct view_def {
   // Extra topic configs of the changelog (cleanup.policy=compact is always set).
   std::map<std::string, std::string> changelog_configs;
   // true: one changelog record per key per batch (the last update, as Kafka Streams'
-  // record cache); false: one changelog record per update. Default false.
-  bool cache = false;
+  // record cache); false: one changelog record per update. Default true.
+  bool cache = true;
   // Windowed aggregates: the aggregate is kept per (key, window); nullopt: not windowed.
   // The stored key is encode_windowed_key(group key, window start) (core/window.h).
   std::optional<window_spec> window;

@@ -50,6 +50,32 @@ std::string event_time(const view_def& view, std::optional<std::string_view> val
 // accepted (and always for views without a window).
 std::string check_future(const view_def& view, int64_t ts, int64_t now_ms);
 
+// A number of an aggregate, exact while it is an integer that fits in 64 bits.
+struct agg_number {
+  bool integer = true;
+  int64_t i = 0;
+  double d = 0;
+};
+
+// What the records of one batch add up to for one group key of one view, before they
+// are re-keyed (map-side combining): a re-keyed view sends one repartition record per
+// key and batch holding this, instead of one per source record. For count, sum, reduce
+// and aggregate views that are not windowed (a windowed view folds each record into
+// the windows of its own event time).
+struct partial_aggregate {
+  int64_t count = 0;
+  std::optional<agg_number> sum, min, max, latest;
+  int64_t timestamp = -1;  // the latest record timestamp combined
+};
+
+// A repartition record's value that holds a partial_aggregate starts with this byte,
+// which cannot begin a JSON text: a record from a kstate that did not combine (its
+// source record's value, or none for words) is told apart and folded as before.
+inline constexpr char partial_marker = '\x01';
+inline bool is_partial(std::optional<std::string_view> value) {
+  return value && !value->empty() && value->front() == partial_marker;
+}
+
 class aggregator {
  public:
   // Values are checked against `max_json_depth` before they are parsed.
@@ -62,8 +88,15 @@ class aggregator {
     std::string state;  // the new aggregate (JSON text) when error is empty
     std::string error;
   };
-  // Folds `value` into `current` (nullopt: the key has no aggregate yet).
+  // Folds `value` into `current` (nullopt: the key has no aggregate yet). A value that
+  // is_partial() is merged as the records it stands for.
   outcome apply(std::optional<std::string_view> current, std::optional<std::string_view> value) const;
+
+  // Adds a source record's value (and timestamp) to `p`. Empty: added; otherwise why the
+  // value cannot be aggregated (as check() says).
+  std::string combine(partial_aggregate& p, std::optional<std::string_view> value, int64_t timestamp) const;
+  // The repartition record's value of `p`: partial_marker, then JSON.
+  std::string encode(const partial_aggregate& p) const;
 
  private:
   view_def view_;

@@ -14,7 +14,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -26,7 +25,6 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.Materialized;
-import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
 import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
@@ -37,7 +35,6 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * exactly_once_v2, through a repartition topic and a changelogged count store. The
  * record cache keeps its default (10 MiB), as a user of the demo would.
  *
- *   GET /bench/status   {"state":..,"counted":N}: words that reached the count step
  *   GET /bench/counts   every word and its count, "word\tcount" per line
  *
  * Usage: WordCount key=value... with keys bootstrap, topic, app_id, state_dir, port,
@@ -45,7 +42,6 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  */
 public final class WordCount {
   private static final String STORE = "counts";
-  private static final AtomicLong counted = new AtomicLong();
   private static KafkaStreams streams;
 
   public static void main(String[] argv) throws Exception {
@@ -72,13 +68,7 @@ public final class WordCount {
             if (!w.isEmpty()) words.add(w);
           return words;
         })
-        // groupBy(word), written out as what it is (a new key, a repartition topic, a
-        // grouping by that key) so that a peek after the repartition topic can count
-        // the words that reached the count step: the harness's "done".
-        .selectKey((k, word) -> word)
-        .repartition(Repartitioned.with(Serdes.String(), Serdes.String()).withName("words"))
-        .peek((word, v) -> counted.incrementAndGet())
-        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+        .groupBy((k, word) -> word, Grouped.with(Serdes.String(), Serdes.String()))
         .count(Materialized.as(STORE));
     streams = new KafkaStreams(b.build(p), p);
     streams.setUncaughtExceptionHandler(e -> {
@@ -102,9 +92,7 @@ public final class WordCount {
   private static void handle(HttpExchange ex) throws IOException {
     String path = ex.getRequestURI().getRawPath();
     try {
-      if (path.equals("/bench/status")) {
-        send(ex, 200, "{\"state\":\"" + streams.state() + "\",\"counted\":" + counted.get() + "}");
-      } else if (path.equals("/bench/counts")) {
+      if (path.equals("/bench/counts")) {
         ReadOnlyKeyValueStore<String, Long> s =
             streams.store(StoreQueryParameters.fromNameAndType(STORE, QueryableStoreTypes.<String, Long>keyValueStore()));
         StringBuilder out = new StringBuilder(1 << 20);
