@@ -352,8 +352,8 @@ TEST_CASE("a combined record that is not what stage 1 writes is refused, not fol
   aggregator a(v, 128);
   const std::string marker(1, partial_marker);
   for (const std::string& bad : {marker, marker + "[]", marker + R"({"sum":3})", marker + R"({"count":0,"sum":3})",
-                                marker + R"({"count":2})", marker + R"({"count":2,"sum":"3"})",
-                                marker + R"({"count":2,"sum":3,"min":1,"max":2,"latest":)" + std::string(200, '[')}) {
+                                 marker + R"({"count":2})", marker + R"({"count":2,"sum":"3"})",
+                                 marker + R"({"count":2,"sum":3,"min":1,"max":2,"latest":)" + std::string(200, '[')}) {
     CAPTURE(bad);
     CHECK_FALSE(a.apply(std::string_view("5"), std::string_view(bad)).error.empty());
   }
