@@ -704,3 +704,32 @@ TEST_CASE("forwarding: the caller's token never reaches another instance, for a 
     CHECK(r.body.find("secret-token") == std::string::npos);
   }
 }
+
+TEST_CASE("a key's 404 is the problem's members and where the key is absent, exactly as dump() prints them") {
+  node n;
+  n.build();
+  n.put("present", value_of(1));
+  // Plain, written with percent-escapes, and bytes that are not UTF-8 (base64url).
+  for (const auto& [key, path_key, query] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"nobody", "nobody", ""},
+           {"a \"quoted\" \xc3\xa9 key", "a%20%22quoted%22%20%C3%A9%20key", ""},
+           {std::string("\xff\xfe", 2), query::base64url_encode(std::string("\xff\xfe", 2)),
+            "?key_format=base64url"}}) {
+    CAPTURE(path_key);
+    auto r = n.get("/v1/stores/s/keys/" + path_key + query);
+    REQUIRE(r.status == 404);
+    const int32_t p = partition_of(key);
+    json want = {{"type", "/problems/key_not_found"},
+                 {"title", "Key not found"},
+                 {"status", 404},
+                 {"detail", "no value for this key in store 's'"},
+                 {"instance", "/v1/stores/s/keys/" + path_key},
+                 {"error_code", 40402},
+                 {"partition", p},
+                 {"position", {{std::to_string(p), n.next[p]}}},
+                 {"served_by", n.ctx.instance}};
+    CHECK(r.body == want.dump(-1, ' ', false, json::error_handler_t::replace));
+    CHECK(r.content_type == "application/problem+json");
+    CHECK(r.header("X-Kstate-Position") == std::to_string(p) + ":" + std::to_string(n.next[p]));
+  }
+}

@@ -537,7 +537,9 @@ class session : public session_base {
       return fail(server_error::headers_too_large,
                   "chunk extensions and trailers exceed " + std::to_string(st_->cfg.max_header_bytes) + " bytes");
 
-    request req;
+    // Shared, so that a handler that answers later keeps it instead of copying it.
+    const auto shared_req = std::make_shared<request>();
+    request& req = *shared_req;
     req.method = std::string(msg.method_string());
     req.target = std::string(msg.target());
     req.headers.reserve(header_fields_);

@@ -39,6 +39,25 @@ state::state(api_context c) : ctx(std::move(c)) {
   }
 }
 
+prometheus::Histogram* state::duration_of(const route* r, const char* method, unsigned status) const {
+  if (!m_duration) return nullptr;
+  const auto key = std::make_tuple(r, method, status);
+  {
+    std::shared_lock lock(durations_mu_);
+    if (auto it = durations_.find(key); it != durations_.end()) return it->second;
+  }
+  static const prometheus::Histogram::BucketBoundaries buckets{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  // Labelled by route template, never the raw path; the method from a fixed set.
+  auto& h = m_duration->Add({{"route", r ? r->path_template() : std::string("unmatched")},
+                             {"method", method},
+                             {"status", std::to_string(status)}},
+                            buckets);
+  std::unique_lock lock(durations_mu_);
+  durations_.emplace(key, &h);
+  return &h;
+}
+
 std::shared_ptr<const peer_signer> state::signer() const {
   if (auto s = signer_.load()) return s;
   if (!ctx.secret) return nullptr;
@@ -106,15 +125,11 @@ void dispatcher::handle(const http::request& req, http::responder reply) {
   }
   std::string allow;
   auto m = match(req, allow);
-  // Observe every answer once, labelled by route template (never the raw path).
-  finish_fn finish = [st = st_, start, tmpl = m ? m->r->path_template() : std::string("unmatched"),
-                      method = method_label(req.method), reply = std::move(reply)](http::response r) {
-    if (st->m_duration) {
-      static const prometheus::Histogram::BucketBoundaries buckets{
-          0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
-      st->m_duration->Add({{"route", tmpl}, {"method", method}, {"status", std::to_string(r.status)}}, buckets)
-          .Observe(std::chrono::duration<double>(clock_type::now() - start).count());
-    }
+  // Observe every answer once, by route, method and status.
+  finish_fn finish = [st = st_, start, route = m ? m->r : nullptr, method = method_label(req.method),
+                      reply = std::move(reply)](http::response r) {
+    if (auto* h = st->duration_of(route, method, r.status))
+      h->Observe(std::chrono::duration<double>(clock_type::now() - start).count());
     reply(std::move(r));
   };
   if (!m) {
@@ -126,7 +141,9 @@ void dispatcher::handle(const http::request& req, http::responder reply) {
   const route& r = *m->r;
 
   call c;
-  c.req = std::make_shared<const http::request>(req);
+  // The server's request is shared: kept, not copied, for an answer given later.
+  c.req = req.weak_from_this().lock();
+  if (!c.req) c.req = std::make_shared<const http::request>(req);
   c.store = std::move(m->store);
   c.key = std::move(m->key);
   // The internal dialect (DESIGN.md invariant 10): a request marked as a hop must be a

@@ -61,6 +61,48 @@ std::string key_answer(const state& st, const call& c, const view_def& v, const 
   return b;
 }
 
+// The 404 of a key absent as of the answer's position, written straight into the body:
+// the problem's members and where the key is absent (partition, position, served_by,
+// and for a stale copy lag and "stale": true), in dump()'s key order, as problem_json()
+// with those members added would print them.
+http::response absent_key(const state& st, const call& c, const std::string& detail, const query::key_answer& a,
+                          const nlohmann::json* lag) {
+  const auto info = describe(failure_reason::key_not_found);
+  http::response r;
+  r.status = info.status;
+  r.content_type = "application/problem+json";
+  std::string& b = r.body;
+  b.reserve(256 + detail.size() + c.path().size());
+  b += "{\"detail\":";
+  append_json_string(b, detail);
+  b += ",\"error_code\":";
+  append_int(b, info.error_code);
+  if (!c.path().empty()) {
+    b += ",\"instance\":";
+    append_json_string(b, c.path());
+  }
+  if (lag) {
+    b += ",\"lag\":";
+    b += lag->dump();
+  }
+  b += ",\"partition\":";
+  append_int(b, a.partition);
+  b += ",\"position\":";
+  append_position(b, a.pos);
+  b += ",\"served_by\":";
+  append_json_string(b, st.ctx.instance);
+  if (lag) b += ",\"stale\":true";
+  b += ",\"status\":";
+  append_int(b, info.status);
+  b += ",\"title\":";
+  append_json_string(b, info.title);
+  b += ",\"type\":\"/problems/";
+  b += name_of(failure_reason::key_not_found);
+  b += "\"}";
+  r.with_header("X-Kstate-Position", position_header(a.pos));
+  return r;
+}
+
 // An answer from this instance's own copy of the key's partition (a former owner's or a
 // standby's), marked stale with its lag; nullopt when there is no copy here.
 std::optional<http::response> stale_answer(const state& st, const call& c, const view_def& v, const std::string& key,
@@ -72,18 +114,9 @@ std::optional<http::response> stale_answer(const state& st, const call& c, const
   nlohmann::json lag = nullptr;
   if (st.ctx.high_watermark)
     if (auto hw = st.ctx.high_watermark(v.topic, a.partition)) lag = std::max<int64_t>(0, *hw - pos);
-  if (!a.value) {
-    auto body =
-        problem_json(failure_reason::key_not_found, "no value for this key in this instance's stale copy", c.path());
-    body["partition"] = a.partition;
-    body["position"] = position_json(a.pos);
-    body["stale"] = true;
-    body["lag"] = lag;
-    body["served_by"] = st.ctx.instance;
-    return problem_response(failure_reason::key_not_found, body)
-        .with_header("X-Kstate-Position", position_header(a.pos))
+  if (!a.value)
+    return absent_key(st, c, "no value for this key in this instance's stale copy", a, &lag)
         .with_header("X-Kstate-Stale", "true");
-  }
   http::response r;
   r.body = key_answer(st, c, v, key, a, &lag);
   r.with_header("X-Kstate-Position", position_header(a.pos)).with_header("X-Kstate-Stale", "true");
@@ -101,16 +134,8 @@ http::response read_key(const state& st, const call& c, const view_def& v, const
     return from_failure(res.failure(), res.message(), c.path());
   }
   const auto& a = res.answer();
-  if (!a.value) {
-    // The absence is as fresh as the position: say which.
-    auto body =
-        problem_json(failure_reason::key_not_found, "no value for this key in store '" + c.store + "'", c.path());
-    body["partition"] = a.partition;
-    body["position"] = position_json(a.pos);
-    body["served_by"] = st.ctx.instance;
-    return problem_response(failure_reason::key_not_found, body)
-        .with_header("X-Kstate-Position", position_header(a.pos));
-  }
+  // The absence is as fresh as the position: say which.
+  if (!a.value) return absent_key(st, c, "no value for this key in store '" + c.store + "'", a, nullptr);
   http::response r;
   r.body = key_answer(st, c, v, key, a, nullptr);
   r.with_header("X-Kstate-Position", position_header(a.pos));

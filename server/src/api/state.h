@@ -12,9 +12,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -37,6 +40,8 @@ namespace kstate::server::api {
 
 using clock_type = std::chrono::steady_clock;
 
+struct route;
+
 // The wiring (api_context) and what the API derives from it. Immutable after
 // construction except the atomics; shared by every request.
 struct state : std::enable_shared_from_this<state> {
@@ -51,9 +56,16 @@ struct state : std::enable_shared_from_this<state> {
   mutable std::atomic<uint32_t> open_scans{0};
   prometheus::Family<prometheus::Histogram>* m_duration = nullptr;
   prometheus::Family<prometheus::Counter>* m_peer_requests = nullptr;
+  // The request duration histogram of a route (null: no route matched), a method label
+  // and a status; null without metrics. Each combination is looked up in the family
+  // once and kept: a request costs no label map.
+  prometheus::Histogram* duration_of(const route* r, const char* method, unsigned status) const;
 
  private:
   mutable std::atomic<std::shared_ptr<const peer_signer>> signer_;  // made from ctx.secret when it appears
+  mutable std::shared_mutex durations_mu_;
+  mutable std::map<std::tuple<const route*, const char*, unsigned>, prometheus::Histogram*> durations_;
+
  public:
   // True when requests can be sent to other instances: a group to ask, a client to
   // ask with, and a secret to sign with.

@@ -14,7 +14,11 @@
 
 namespace kstate::http {
 
-struct request {
+// The server makes each request with std::make_shared, so that a handler that answers
+// later can keep it (weak_from_this().lock()) instead of copying it.
+struct request : std::enable_shared_from_this<request> {
+  request() = default;
+
   std::string method;                 // "GET", "POST", ...
   std::string target;                 // raw request target, e.g. "/v1/stores/a%2Fb/keys/x?key_format=string"
   std::string path;                   // raw (still percent-encoded) path part of target
