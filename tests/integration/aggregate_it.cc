@@ -1,7 +1,6 @@
 // Aggregate views against the real broker: the seed's word count over a generated
 // corpus equals an independent recount; bad input is counted, dead-lettered, and
 // ingest goes on.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <fstream>

@@ -4,7 +4,6 @@
 // status the table below says. Forwarding never widens access: the forwarding instance
 // refuses before forwarding, the owner refuses a forwarded request without the scope,
 // and an allowed range gathered from both instances equals the model.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <fstream>

@@ -1,7 +1,6 @@
 // Malformed records never stop ingest: each is counted, logged, skipped and sent to the
 // dead-letter topic, exactly once, with headers naming where it came from; as a bounded
 // envelope when the topic refuses it whole; counted and logged when it refuses even that.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <fstream>

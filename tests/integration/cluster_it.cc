@@ -1,7 +1,6 @@
 // Two instances in one consumer group: any instance answers any point lookup (keys
 // owned by the other are forwarded to it, once), and /v1/cluster names the owners the
 // group coordinator assigned.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <set>

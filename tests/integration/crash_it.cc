@@ -1,7 +1,6 @@
 // kill -9 at random moments during ingest loses nothing and applies nothing twice:
 // state and position are written in one RocksDB batch, and ingest resumes from the
 // stored position.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <atomic>

@@ -3,7 +3,6 @@
 // (max_json_depth, default 128) wherever it takes JSON in, so the records are
 // dead-lettered, the keys refused with 400, and the process stays up, also across a
 // restart that reads the same records again.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <filesystem>

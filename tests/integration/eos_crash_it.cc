@@ -3,7 +3,6 @@
 // restarts catch up from the changelog tail, never from its beginning. The same
 // schedule under at_least_once shows what the exact comparison would catch: counts
 // never below the recount, and the double counting that a crash there can cause.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <atomic>

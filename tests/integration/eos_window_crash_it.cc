@@ -2,7 +2,6 @@
 // exactly_once: every window in the end equals a recount of the events (nothing lost,
 // nothing counted twice, the same records late), and so does the state rebuilt from
 // the changelogs alone after the state directory is deleted.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <atomic>

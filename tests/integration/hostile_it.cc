@@ -9,7 +9,6 @@
 // header block 4 KiB, body 64 KiB, limit 100, 50 keys per batch); instance b has room for a target
 // and a body that hold a key nested 100,000 deep, so that the JSON bound itself is
 // what refuses it there.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <netinet/in.h>

@@ -1,7 +1,6 @@
 // Memory is bounded by configuration, not by data size: with a 64 MiB RocksDB budget,
 // loading 5,000,000 keys keeps the process's peak RSS under the budget plus the fixed
 // overhead documented in docs/operations.md.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <fstream>

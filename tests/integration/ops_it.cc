@@ -5,7 +5,6 @@
 // them to reconnect (Connection: close, sent by every response once draining starts),
 // then ask /readyz, and stop sending to this instance when it answers 503. Every
 // request they send must get a complete answer.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>

@@ -1,6 +1,5 @@
 // The query API against independent models: ranges, prefixes, pages and scans over
 // binary and UTF-8 keys written by the Java client; read-your-writes; bad requests.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <atomic>

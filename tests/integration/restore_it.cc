@@ -1,7 +1,6 @@
 // Two instances compute a word count; one is killed for good. The survivor restores
 // the partitions it takes over from their changelogs (it does not read their input
 // again) and answers every word correctly.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <fstream>

@@ -2,7 +2,6 @@
 // own storage tool, see scripts/kafka): the right SCRAM-SHA-512 or PLAIN password
 // ingests and answers; a wrong one stops start-up at once with a clear error and a
 // non-zero exit, even with a start-up timeout far longer than the test waits.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <fstream>

@@ -10,7 +10,6 @@
 // partitions and this instance ("http://b") keeps their copies. The standby's test hook
 // holds a batch of the copy back past the release deadline, so the race a stalled write
 // used to lose happens on every run.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <condition_variable>

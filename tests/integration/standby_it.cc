@@ -2,7 +2,6 @@
 // current. When an owner is killed, allow_stale answers come from the copy at once
 // (correct values, marked stale), and the survivor takes the partitions over from the
 // copy's position instead of reading them again.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <set>

@@ -1,6 +1,5 @@
 // A table view materializes a topic as "last write wins, a tombstone deletes", for
 // records written by the Java producer (so partitioning is the Java client's).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <random>

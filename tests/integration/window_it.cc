@@ -3,7 +3,6 @@
 // tumbling and hopping window; every window read over HTTP equals a recount made
 // here from the events themselves, late records are counted, and windows past
 // retention are not answered.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <ctime>

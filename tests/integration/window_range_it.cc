@@ -4,7 +4,6 @@
 // Every walk equals a recount made here from the events (same set, same order, same
 // values, nothing twice, nothing missing at page boundaries), also for a sub-range of
 // keys and a sub-interval of time.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <map>

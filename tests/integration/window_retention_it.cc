@@ -2,7 +2,6 @@
 // a window's end plus retention, the window is no longer answered, and the expiry pass
 // deletes it from disk: the store's files shrink to about the share of windows still
 // live. Expected windows come from a model of the produced events.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <filesystem>

@@ -8,7 +8,6 @@
 // waiting for the writer or being written. At the end the table equals the model, each value carries the offset of the
 // record that wrote it last, every count equals the number of records of its key (a record applied twice would count
 // twice), and the stored positions are the topic's end offsets.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <map>

@@ -1,7 +1,6 @@
 // Access control: token file parsing, scope matching, the hash helper (against
 // published SHA-256 vectors), bearer-header handling, reloads, CORS, and the state
 // directory check.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>

@@ -3,7 +3,6 @@
 // of the problem table. A route added to api.cc without the spec (or the reverse)
 // fails here, naming the route.
 
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -1,4 +1,3 @@
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 // The direct JSON writer against nlohmann's dump(): for every input, the bytes must be
 // exactly what parse + dump (the answers' previous rendering) gives.
 #include <doctest/doctest.h>

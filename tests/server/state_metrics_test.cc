@@ -2,7 +2,6 @@
 // than any fixed family budget: every store and partition is a sample of its family,
 // counted against a recount of what the test set up.
 
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
