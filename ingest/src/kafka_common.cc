@@ -79,6 +79,12 @@ status set_prop(rd_kafka_conf_t* conf, const std::string& k, const std::string& 
 
 client_spec engine_consumer_spec(const ingest_config& cfg) {
   client_spec s{RD_KAFKA_CONSUMER, "consumer", "", source_consumer_defaults(), {}};
+  // How long the group waits for a member that stopped heartbeating (a dead process, or
+  // a static member that is restarting) before its partitions move: librdkafka's 45 s
+  // left them unserved that long after a crash.
+  s.defaults.emplace_back("session.timeout.ms", "10000");
+  if (cfg.static_membership && !cfg.instance_id.empty())
+    s.defaults.emplace_back("group.instance.id", cfg.application_id + "-" + cfg.instance_id);
   s.fixed = {{"group.id", cfg.application_id},
              {"partition.assignment.strategy", "cooperative-sticky"},
              // Positions live in RocksDB with the state; group commits are informational.

@@ -133,6 +133,26 @@ void app::impl::read_secret_until_known() {
   }
 }
 
+namespace {
+
+// Where the state directory lives: the host (its name and, where one is kept, its
+// machine id) and the directory (its real path, device and inode). A copy or a move of
+// the directory changes at least one of them; a restart on the same host changes none.
+std::string state_dir_place(const std::string& dir) {
+  char host[256] = {};
+  (void)::gethostname(host, sizeof host - 1);  // an empty name only weakens the check
+  std::string machine;
+  std::ifstream("/etc/machine-id") >> machine;
+  std::error_code ec;
+  const auto real = std::filesystem::canonical(dir, ec);
+  struct stat st {};
+  (void)::stat(dir.c_str(), &st);  // the directory exists: RocksDB just opened it
+  return "host=" + std::string(host) + ";machine=" + machine + ";path=" + (ec ? dir : real.string()) +
+         ";dev=" + std::to_string(st.st_dev) + ";ino=" + std::to_string(st.st_ino);
+}
+
+}  // namespace
+
 app::app(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
 app::~app() { stop(); }
 
@@ -169,8 +189,14 @@ status app::start() {
   auto opened = storage::db::open(i.cfg.rocksdb, names);
   if (!opened.ok()) return opened.error();
   i.db = std::move(opened.value());
-  if (auto id = i.db->instance_id(); id.ok()) i.cfg.ingest.instance_id = id.value();
-  else return id.error();
+  auto identity = i.db->instance_id(state_dir_place(i.cfg.state_dir));
+  if (!identity.ok()) return identity.error();
+  i.cfg.ingest.instance_id = identity->id;
+  if (identity->renewed)
+    server_log()->warn(
+        "the state directory {} was copied or moved (another host, path or file system): this instance takes a "
+        "new identity, {}, so it never shares one with the instance the directory came from",
+        i.cfg.state_dir, identity->id);
   i.queries = std::make_unique<query::engine>(i.cfg.views, *i.db, i.ownership, std::move(partitioners));
   i.waiter = std::make_unique<query::freshness_waiter>(*i.queries, i.notifier, i.cfg.waits);
 

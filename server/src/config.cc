@@ -370,9 +370,21 @@ app_config parse(const YAML::Node& root) {
   if (auto i = root["ingest"]) {
     check_keys(i, "ingest",
                {"max_batch_records", "max_batch_delay_ms", "max_queued_mb", "commit_interval_ms", "startup_timeout_ms",
-                "client_id"});
+                "client_id", "static_membership"});
     if (i["max_batch_records"])
       c.ingest.max_batch_records = get_number<int>(i["max_batch_records"], "ingest.max_batch_records", 1, 1'000'000);
+    if (i["static_membership"]) {
+      const auto& n = i["static_membership"];
+      bool ok = n.IsScalar();
+      if (ok) {
+        try {
+          c.ingest.static_membership = n.as<bool>();
+        } catch (const YAML::Exception&) {
+          ok = false;
+        }
+      }
+      if (!ok) fail("ingest.static_membership", "must be true or false");
+    }
     if (i["max_queued_mb"])
       c.ingest.max_queued_bytes = get_number<size_t>(i["max_queued_mb"], "ingest.max_queued_mb", 1, 65'536) << 20;
     if (i["max_batch_delay_ms"])

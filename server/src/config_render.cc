@@ -68,10 +68,10 @@ std::string render_config(const app_config& c) {
     << YAML::EndMap;
   e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap << YAML::Key << "max_batch_records" << YAML::Value
     << c.ingest.max_batch_records << YAML::Key << "max_batch_delay_ms" << YAML::Value
-    << c.ingest.max_batch_delay.count() << YAML::Key << "max_queued_mb" << YAML::Value
-    << (c.ingest.max_queued_bytes >> 20) << YAML::Key << "commit_interval_ms" << YAML::Value
-    << c.ingest.commit_interval.count() << YAML::Key << "startup_timeout_ms" << YAML::Value
-    << c.ingest.startup_timeout.count() << YAML::Key << "client_id" << YAML::Value << c.ingest.client_id
+    << c.ingest.max_batch_delay.count() << YAML::Key << "static_membership" << YAML::Value << c.ingest.static_membership
+    << YAML::Key << "max_queued_mb" << YAML::Value << (c.ingest.max_queued_bytes >> 20) << YAML::Key
+    << "commit_interval_ms" << YAML::Value << c.ingest.commit_interval.count() << YAML::Key << "startup_timeout_ms"
+    << YAML::Value << c.ingest.startup_timeout.count() << YAML::Key << "client_id" << YAML::Value << c.ingest.client_id
     << YAML::EndMap;
   auto store_opts = [&](const storage::store_options& o) {
     e << YAML::Key << "write_buffer_mb" << YAML::Value << (o.write_buffer_bytes >> 20) << YAML::Key

@@ -414,21 +414,38 @@ result<std::optional<int64_t>> db::stored_named_position(std::string_view name, 
   return std::optional<int64_t>(*off);
 }
 
-result<std::string> db::instance_id() {
-  static constexpr const char* key = "instance-id";
-  std::string v;
-  auto s = impl_->rdb->Get(rocksdb::ReadOptions(), impl_->meta, key, &v);
-  if (s.ok()) return v;
-  if (!s.IsNotFound()) return from_rocks(s, "reading instance id");
+result<db::identity> db::instance_id(std::string_view where) {
+  static constexpr const char* id_key = "instance-id";
+  static constexpr const char* where_key = "instance-where";
+  std::string id, stored_where;
+  auto s = impl_->rdb->Get(rocksdb::ReadOptions(), impl_->meta, id_key, &id);
+  if (!s.ok() && !s.IsNotFound()) return from_rocks(s, "reading instance id");
+  const bool had_id = s.ok();
+  if (had_id) {
+    auto w = impl_->rdb->Get(rocksdb::ReadOptions(), impl_->meta, where_key, &stored_where);
+    if (!w.ok() && !w.IsNotFound()) return from_rocks(w, "reading instance id");
+    // An id kept before its place was: adopted, with the place it is in now.
+    if (w.ok() && stored_where == where) return identity{id, false, false};
+    if (w.IsNotFound()) {
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      if (auto p = impl_->rdb->Put(wo, impl_->meta, where_key, rocksdb::Slice(where.data(), where.size())); !p.ok())
+        return from_rocks(p, "writing instance id");
+      return identity{id, false, false};
+    }
+  }
   std::random_device rd;
   uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   char buf[17];
   snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(r));
+  rocksdb::WriteBatch b;
+  if (auto p = b.Put(impl_->meta, id_key, buf); !p.ok()) return from_rocks(p, "writing instance id");
+  if (auto p = b.Put(impl_->meta, where_key, rocksdb::Slice(where.data(), where.size())); !p.ok())
+    return from_rocks(p, "writing instance id");
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  auto w = impl_->rdb->Put(wo, impl_->meta, key, buf);
-  if (!w.ok()) return from_rocks(w, "writing instance id");
-  return std::string(buf);
+  if (auto w = impl_->rdb->Write(wo, &b); !w.ok()) return from_rocks(w, "writing instance id");
+  return identity{std::string(buf), had_id, !had_id};
 }
 
 result<get_result> db::get(view_id view, int32_t partition, std::string_view key) const {

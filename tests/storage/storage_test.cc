@@ -114,6 +114,44 @@ TEST_CASE("state and positions survive reopening; views added later start empty"
   CHECK_FALSE(d.value()->stored_position(later, 0).value());
 }
 
+TEST_CASE("the instance identity stays with its directory, and a copy elsewhere gets a new one") {
+  temp_dir dir;
+  std::string first;
+  {
+    auto d = db::open(db_options{.path = dir.path.string()}, {"v"});
+    REQUIRE(d.ok());
+    auto id = d.value()->instance_id("host=a;path=/x");
+    REQUIRE(id.ok());
+    CHECK(id->created);
+    CHECK_FALSE(id->renewed);
+    CHECK(id->id.size() == 16);
+    first = id->id;
+    // Asked again in the same place: the same id.
+    auto again = d.value()->instance_id("host=a;path=/x");
+    REQUIRE(again.ok());
+    CHECK(again->id == first);
+    CHECK_FALSE(again->created);
+  }
+  {
+    // Reopened in the same place (a restart): the same id.
+    auto d = db::open(db_options{.path = dir.path.string()}, {"v"});
+    REQUIRE(d.ok());
+    auto id = d.value()->instance_id("host=a;path=/x");
+    REQUIRE(id.ok());
+    CHECK(id->id == first);
+    CHECK_FALSE(id->renewed);
+    // The same files seen from another place (a copy, another host): a new id, kept.
+    auto moved = d.value()->instance_id("host=b;path=/x");
+    REQUIRE(moved.ok());
+    CHECK(moved->renewed);
+    CHECK(moved->id != first);
+    auto later = d.value()->instance_id("host=b;path=/x");
+    REQUIRE(later.ok());
+    CHECK(later->id == moved->id);
+    CHECK_FALSE(later->renewed);
+  }
+}
+
 TEST_CASE("a state directory held by another open database is refused with a clear error") {
   temp_dir dir;
   auto first = db::open(db_options{.path = dir.path.string()}, {"v"});

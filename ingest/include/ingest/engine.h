@@ -54,6 +54,12 @@ struct ingest_config {
   // the transactional.id is "<application_id>-<instance_id>". Required for
   // exactly_once aggregates.
   std::string instance_id;
+  // Static group membership (KIP-345): the consumer joins its group with
+  // group.instance.id "<application_id>-<instance_id>", so a restarted instance
+  // (after kill -9 or SIGTERM) takes its partitions back at once, without a
+  // rebalance; a member that does not come back within session.timeout.ms leaves the
+  // group then. A `kafka: group.instance.id` replaces the derived id. Default true.
+  bool static_membership = true;
   // transaction.timeout.ms of the transactional producer: how long a transaction left
   // open by a crashed instance blocks read_committed readers. Default 10 s.
   std::chrono::milliseconds transaction_timeout{10'000};

@@ -218,10 +218,22 @@ class db {
   // A position written with write_batch::set_named_position, or nullopt.
   result<std::optional<int64_t>> stored_named_position(std::string_view name, int32_t partition) const;
 
-  // An identifier of this state directory, created (random, 16 hex digits) on first
-  // use and kept with the state: a restarted instance finds the same one. Used to
-  // derive the transactional.id, so a restart fences its own previous incarnation.
-  result<std::string> instance_id();
+  // The identity of the instance that owns this state directory: a random id (16 hex
+  // digits) created on first use and kept with the state, so a restarted instance finds
+  // the same one (its transactional.id and group.instance.id derive from it: a restart
+  // fences its previous incarnation and takes its partitions back).
+  //
+  // `where` describes where the directory lives (host, path, file system identity: the
+  // caller's fingerprint), and is kept with the id. When it differs from the stored one,
+  // the directory was copied or moved (a replaced host, a restored backup, two
+  // instances started from copies of one directory): a new id is made, so that two
+  // instances never share one. `renewed` says so.
+  struct identity {
+    std::string id;
+    bool renewed = false;  // a new id, because `where` changed
+    bool created = false;  // the first id of this directory
+  };
+  result<identity> instance_id(std::string_view where);
 
   // Value and position read from one snapshot, so the position describes the value.
   result<get_result> get(view_id view, int32_t partition, std::string_view key) const;
