@@ -1,3 +1,12 @@
+// The owner's ingest engine: one consumer in the group, the batch loop on the ingest
+// thread, the writer (apply_stage) on its own, the rebalance callback, back-pressure
+// and the position commits. It is over 700 lines because all of these act on one set
+// of fields (the pending batch, owned positions, paused partitions, the fatal state)
+// under one rule: which thread may touch which, written next to each field below.
+// Spreading the functions over several files would keep that state in one struct
+// but put the rule out of sight of most of the code that must follow it. The parts
+// with no share in that state live elsewhere: the loop (batch_loop), the writer's
+// queue (apply_stage), client set-up (kafka_common), aggregates (agg_pipeline).
 #include "ingest/engine.h"
 
 #include "kafka_common.h"

@@ -1,6 +1,8 @@
 // The REST API without a broker: real RocksDB stores, ownership and membership
 // registries set by hand, and for the cases between instances real HTTP servers and
-// clients on loopback. Every expectation comes from the data the test wrote.
+// clients on loopback. Every expectation comes from the data the test wrote. Over 700
+// lines: every case uses the `node` fixture below, which would otherwise move to a
+// header of its own for this one program.
 
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
