@@ -83,8 +83,9 @@ client_spec engine_consumer_spec(const ingest_config& cfg) {
   // a static member that is restarting) before its partitions move: librdkafka's 45 s
   // left them unserved that long after a crash.
   s.defaults.emplace_back("session.timeout.ms", "10000");
-  if (cfg.static_membership && !cfg.instance_id.empty())
-    s.defaults.emplace_back("group.instance.id", cfg.application_id + "-" + cfg.instance_id);
+  const auto& member = cfg.member_name.empty() ? cfg.instance_id : cfg.member_name;
+  if (cfg.static_membership && !member.empty())
+    s.defaults.emplace_back("group.instance.id", cfg.application_id + "-" + member);
   s.fixed = {{"group.id", cfg.application_id},
              {"partition.assignment.strategy", "cooperative-sticky"},
              // Positions live in RocksDB with the state; group commits are informational.

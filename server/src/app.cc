@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -135,6 +136,19 @@ void app::impl::read_secret_until_known() {
 
 namespace {
 
+// The group member name an advertised endpoint gives: unique in the cluster, since
+// peers forward to it, and the same after the state directory was lost or emptied, so
+// a rebuilt instance takes its old place in the group instead of waiting out the old
+// member's session. The characters Kafka accepts in a group.instance.id
+// ([A-Za-z0-9._-]), the scheme dropped, others as '_'. Empty without an endpoint.
+std::string member_name(const std::string& endpoint) {
+  std::string_view e = endpoint;
+  if (auto at = e.find("://"); at != std::string_view::npos) e.remove_prefix(at + 3);
+  std::string out;
+  for (char ch : e) out += std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' ? ch : '_';
+  return out.empty() ? out : "at-" + out;
+}
+
 // Where the state directory lives: the host (its name and, where one is kept, its
 // machine id) and the directory (its real path, device and inode). A copy or a move of
 // the directory changes at least one of them; a restart on the same host changes none.
@@ -192,6 +206,7 @@ status app::start() {
   auto identity = i.db->instance_id(state_dir_place(i.cfg.state_dir));
   if (!identity.ok()) return identity.error();
   i.cfg.ingest.instance_id = identity->id;
+  i.cfg.ingest.member_name = member_name(i.cfg.advertised_endpoint);
   if (identity->renewed)
     server_log()->warn(
         "the state directory {} was copied or moved (another host, path or file system): this instance takes a "

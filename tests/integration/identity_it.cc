@@ -108,6 +108,43 @@ TEST_CASE("a restarted instance takes its partitions back without rebalancing th
   CHECK(b.terminate() == 0);
 }
 
+TEST_CASE(
+    "with an advertised endpoint, an instance whose state directory was emptied takes its old place in the group") {
+  const auto topic = unique_name("identity-empty");
+  create_topic(topic, 4);
+  std::vector<produced> records;
+  table_model model;
+  for (int i = 0; i < 200; ++i) records.push_back({"k" + std::to_string(i), "{\"n\":" + std::to_string(i) + "}"});
+  for (const auto& r : records) apply_record(model, r);
+  produce(topic, records);
+
+  const auto dir = temp_dir("identity-empty");
+  const auto app = unique_name("identity-empty-app");
+  kstate_process a(app, {{"s", topic}}, dir + "/a"), b(app, {{"s", topic}}, dir + "/b");
+  for (auto* p : {&a, &b})
+    p->extra_args({"--set", "advertised_endpoint=http://127.0.0.1:" + std::to_string(p->port())});
+  a.start();
+  b.start();
+  REQUIRE(settled({a.port(), b.port()}));
+  const auto a_parts = held(a.port()), b_parts = held(b.port());
+  const double b_rebalances = b.metric_sum("kstate_ingest_rebalances_total");
+
+  // A lost disk: the state is gone, the instance (same endpoint) comes back. It rebuilds
+  // from the topic under its old group.instance.id, so the group does not wait for the
+  // old member's session to time out, and the other member keeps its partitions.
+  REQUIRE(a.terminate() == 0);
+  std::filesystem::remove_all(dir + "/a");
+  a.start();
+  REQUIRE(settled({a.port(), b.port()}));
+  CHECK(held(a.port()) == a_parts);
+  CHECK(held(b.port()) == b_parts);
+  CHECK(b.metric_sum("kstate_ingest_rebalances_total") == b_rebalances);
+  CHECK(all_correct(a.port(), model));
+  CHECK(all_correct(b.port(), model));
+  CHECK(a.terminate() == 0);
+  CHECK(b.terminate() == 0);
+}
+
 TEST_CASE("a state directory copied next to the original gets its own identity: both instances run, neither fenced") {
   const auto topic = unique_name("identity-copy");
   create_topic(topic, 4);

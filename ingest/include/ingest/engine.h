@@ -55,11 +55,16 @@ struct ingest_config {
   // exactly_once aggregates.
   std::string instance_id;
   // Static group membership (KIP-345): the consumer joins its group with
-  // group.instance.id "<application_id>-<instance_id>", so a restarted instance
-  // (after kill -9 or SIGTERM) takes its partitions back at once, without a
-  // rebalance; a member that does not come back within session.timeout.ms leaves the
-  // group then. A `kafka: group.instance.id` replaces the derived id. Default true.
+  // group.instance.id "<application_id>-<member_name>" (member_name empty:
+  // instance_id), so a restarted instance (after kill -9 or SIGTERM) takes its
+  // partitions back at once, without a rebalance; a member that does not come back
+  // within session.timeout.ms leaves the group then. A `kafka: group.instance.id`
+  // replaces the derived id. Default true.
   bool static_membership = true;
+  // The name of this instance in its group when it has one that is unique by
+  // configuration (the server uses the advertised endpoint, which peers forward to):
+  // it survives a lost or emptied state directory, which instance_id does not.
+  std::string member_name;
   // transaction.timeout.ms of the transactional producer: how long a transaction left
   // open by a crashed instance blocks read_committed readers. Default 10 s.
   std::chrono::milliseconds transaction_timeout{10'000};
