@@ -44,8 +44,8 @@ class Harness:
         if not (BUILD / "build.ninja").exists() or "KSTATE_BENCH_TOOLS:BOOL=ON" not in cache.read_text():
             run(["cmake", "-S", ROOT, "-B", BUILD, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                  "-DKSTATE_BUILD_TESTS=OFF", "-DKSTATE_BENCH_TOOLS=ON"], stdout=subprocess.DEVNULL)
-        log("building kstate and the store write tool (Release, ninja -j2)")
-        run(["ninja", "-C", BUILD, "-j2", "kstate", "store_writes"], stdout=subprocess.DEVNULL)
+        log("building kstate and the store tools (Release, ninja -j2)")
+        run(["ninja", "-C", BUILD, "-j2", "kstate", "store_writes", "rocks_reads"], stdout=subprocess.DEVNULL)
         TOOLS.mkdir(parents=True, exist_ok=True)
 
         def stale(dst, src):
@@ -57,10 +57,6 @@ class Harness:
         if stale(TOOLS / "trivial_server", BD / "trivial_server.cc"):
             log("compiling trivial_server")
             run(["g++", "-std=c++20", "-O2", "-o", TOOLS / "trivial_server", BD / "trivial_server.cc", "-lpthread"])
-        if stale(TOOLS / "rocks_reads", BD / "rocks_reads.cc"):
-            log("compiling rocks_reads")
-            run(["g++", "-std=c++20", "-O2", "-o", TOOLS / "rocks_reads", BD / "rocks_reads.cc", "-lrocksdb",
-                 "-lpthread"])
         log("building the Kafka Streams baseline (maven)")
         run(["mvn", "-q", "-B", "-f", BD / "streams" / "pom.xml", "package", "dependency:copy-dependencies",
              "-DskipTests"], stdout=subprocess.DEVNULL)
@@ -194,7 +190,7 @@ class Harness:
     def wrk(self, port, script, args, proc=None, duration=None, conns=64):
         duration = duration or self.a.duration
         c0 = proc.cpu() if proc else None
-        text = out(["wrk", "-t2", f"-c{conns}", f"-d{duration}s", "--latency", "-s", BD / script,
+        text = out(["wrk", "-t2", f"-c{conns}", f"-d{max(1, round(duration))}s", "--latency", "-s", BD / script,
                     f"http://127.0.0.1:{port}", "--", *args])
         c1 = proc.cpu() if proc else None
         m = re.search(r"(\d+) requests in ([\d.]+)(\w+)", text)
@@ -214,41 +210,88 @@ class Harness:
         return res
 
     def lookups(self, sysm):
-        log(f"{sysm.name}: warm-up")
-        self.wrk(sysm.port, "wrk_keys.lua", [self.keyfile, STORE, "uniform", "9"], duration=self.a.warmup)
-        for rep in range(self.a.repeats):
-            for mode, fig in (("uniform", "lookup_rps"), ("zipf", "lookup_zipf_rps")):
-                r = self.wrk(sysm.port, "wrk_keys.lua", [self.keyfile, STORE, mode, str(rep + 1)], sysm.proc)
-                log(f"{sysm.name} lookups {mode} #{rep}: {r['rps']:,.0f} req/s, {r['cpu_us']:.1f} CPU-us/req, "
-                    f"404 {r['non2xx'] / r['requests']:.2%}, wrk p99 {r['p99_ms']} ms"
-                    + (f", socket errors {r['socket_errors']}" if "socket_errors" in r else ""))
-                self.rec(fig, sysm.label, r["rps"])
-                self.rec(fig.replace("rps", "404_ratio"), sysm.label, r["non2xx"] / r["requests"])
-                if mode == "uniform":
-                    self.rec("lookup_cpu_us", sysm.label, r["cpu_us"])
-                    self.rec("lookup_wrk_p99_ms", sysm.label, r["p99_ms"])
-            for limit in (10, 100):
-                r = self.wrk(sysm.port, "wrk_path.lua", [f"/v1/stores/{STORE}/keys?limit={limit}"], sysm.proc)
-                if r["non2xx"]:
-                    die(f"{sysm.name}: range limit={limit} answered {r['non2xx']} non-2xx")
-                log(f"{sysm.name} range limit={limit} #{rep}: {r['rps']:,.0f} scans/s, {r['cpu_us']:.1f} CPU-us/scan")
-                self.rec(f"range{limit}_rps", sysm.label, r["rps"])
+        """Lookups (uniform, skewed), batches and range pages. The baseline is measured on
+        each of its front ends; its figure is the better of the two, figure by figure."""
+        if sysm.label == "kstate":
+            self.lookups_on(sysm.port, sysm.proc, sysm.name, sysm.label)
+            self.batch_gets(sysm)
+        else:
+            for fe in sysm.FRONT_ENDS:
+                self.lookups_on(sysm.front_end_port(fe), sysm.proc, f"{sysm.name} ({fe})", f"{sysm.label}_{fe}")
+            self.best_front_end(sysm)
         peak, cur = sysm.proc.mem()
         log(f"{sysm.name}: RSS peak {peak:.0f} MiB, steady {cur:.0f} MiB")
         self.rec("rss_mb", sysm.label, cur)
         self.rec("rss_peak_mb", sysm.label, peak)
 
+    def lookups_on(self, port, proc, name, label):
+        log(f"{name}: warm-up")
+        self.wrk(port, "wrk_keys.lua", [self.keyfile, STORE, "uniform", "9"], duration=self.a.warmup)
+        for rep in range(self.a.repeats):
+            for mode, fig in (("uniform", "lookup_rps"), ("zipf", "lookup_zipf_rps")):
+                r = self.wrk(port, "wrk_keys.lua", [self.keyfile, STORE, mode, str(rep + 1)], proc)
+                log(f"{name} lookups {mode} #{rep}: {r['rps']:,.0f} req/s, {r['cpu_us']:.1f} CPU-us/req, "
+                    f"404 {r['non2xx'] / r['requests']:.2%}, wrk p99 {r['p99_ms']} ms"
+                    + (f", socket errors {r['socket_errors']}" if "socket_errors" in r else ""))
+                self.rec(fig, label, r["rps"])
+                self.rec(fig.replace("rps", "404_ratio"), label, r["non2xx"] / r["requests"])
+                if mode == "uniform":
+                    self.rec("lookup_cpu_us", label, r["cpu_us"])
+                    self.rec("lookup_wrk_p99_ms", label, r["p99_ms"])
+            for limit in (10, 100):
+                r = self.wrk(port, "wrk_path.lua", [f"/v1/stores/{STORE}/keys?limit={limit}"], proc)
+                if r["non2xx"]:
+                    die(f"{name}: range limit={limit} answered {r['non2xx']} non-2xx")
+                log(f"{name} range limit={limit} #{rep}: {r['rps']:,.0f} scans/s, {r['cpu_us']:.1f} CPU-us/scan")
+                self.rec(f"range{limit}_rps", label, r["rps"])
+                self.rec(f"range{limit}_cpu_us", label, r["cpu_us"])
+
+    def batch_gets(self, sysm, keys=100):
+        """POST keys:batchGet with `keys` uniformly drawn keys per request."""
+        for rep in range(self.a.repeats):
+            r = self.wrk(sysm.port, "wrk_batch.lua", [self.keyfile, STORE, str(keys), str(rep + 31)], sysm.proc)
+            if r["non2xx"]:
+                die(f"{sysm.name}: batchGet answered {r['non2xx']} non-2xx")
+            log(f"{sysm.name} batchGet of {keys} keys #{rep}: {r['rps']:,.0f} batches/s, "
+                f"{r['cpu_us'] / keys:.2f} CPU-us per key")
+            self.rec("batch_get_keys_per_s", sysm.label, r["rps"] * keys)
+            self.rec("batch_get_cpu_us_per_key", sysm.label, r["cpu_us"] / keys)
+
+    def best_front_end(self, sysm):
+        """Copies, figure by figure, the samples of the baseline's better front end to
+        its own label: the figure kstate is compared with."""
+        lower_is_better = {"lookup_cpu_us", "lookup_wrk_p99_ms", "range10_cpu_us", "range100_cpu_us"}
+        self.front_end = {}
+        for fig in ("lookup_rps", "lookup_zipf_rps", "lookup_cpu_us", "lookup_wrk_p99_ms", "range10_rps",
+                    "range100_rps", "range10_cpu_us", "range100_cpu_us", "lookup_404_ratio", "lookup_zipf_404_ratio"):
+            meds = {fe: statistics.median(self.r[fig][f"{sysm.label}_{fe}"]) for fe in sysm.FRONT_ENDS}
+            if fig.endswith("404_ratio"):
+                best = self.front_end.get(fig.replace("404_ratio", "rps"), sysm.FRONT_ENDS[0])
+            else:
+                pick = min if fig in lower_is_better else max
+                best = pick(meds, key=meds.get)
+            self.front_end[fig] = best
+            self.r[fig][sysm.label] = list(self.r[fig][f"{sysm.label}_{best}"])
+        log(f"{sysm.name}: better front end per figure: {self.front_end}")
+
     def fixed_rate(self, sysm, rate):
-        """p50/p99/p99.9 at a fixed offered rate (h2load --rps, HTTP/1.1, 32 connections)."""
+        """p50/p99/p99.9 at a fixed offered rate (h2load --rps, HTTP/1.1, 32 connections);
+        the baseline on its front end with the higher lookup rate."""
+        port = sysm.port
+        if sysm.label != "kstate":
+            port = sysm.front_end_port(self.front_end["lookup_rps"])
+        self.fixed_rate_on(port, rate, sysm.name, sysm.label, sysm.key_path)
+
+    def fixed_rate_on(self, port, rate, name, label, key_path):
         conns = 32
-        uris = self.work / f"uris-{sysm.name}.txt"
+        uris = self.work / f"uris-{name}.txt"
         rnd = random.Random(5)
         keys = [k for k, p, pr in self.keys]
         rnd.shuffle(keys)
-        uris.write_text("".join(f"http://127.0.0.1:{sysm.port}{sysm.key_path(k)}\n" for k in keys))
+        uris.write_text("".join(f"http://127.0.0.1:{port}{key_path(k)}\n" for k in keys))
         for rep in range(self.a.repeats):
-            logf = self.work / f"h2load-{sysm.name}-{rep}.log"
-            text = out(["h2load", "--h1", "-t1", f"-c{conns}", f"--rps={rate / conns:.3f}", f"-D{self.a.duration}",
+            logf = self.work / f"h2load-{name}-{rep}.log"
+            text = out(["h2load", "--h1", "-t1", f"-c{conns}", f"--rps={rate / conns:.3f}", f"-D{max(1, round(self.a.duration))}",
                         "-i", uris, f"--log-file={logf}"])
             lat, n404, bad = [], 0, 0
             for line in logf.read_text().splitlines():
@@ -258,43 +301,43 @@ class Harness:
                 st = int(f[1])
                 if st == 404:
                     n404 += 1
-                elif st != 200:
+                elif st != 200 and label != "limit":
                     bad += 1
                 lat.append(int(f[2]) / 1000.0)
             lat.sort()
             if not lat:
-                die(f"h2load against {sysm.name} logged no requests:\n{text}")
+                die(f"h2load against {name} logged no requests:\n{text}")
 
             def q(x):
                 return lat[min(len(lat) - 1, int(x * len(lat)))]
 
             achieved = len(lat) / self.a.duration
-            log(f"{sysm.name} at {rate:,.0f} req/s offered (#{rep}): achieved {achieved:,.0f}, p50 {q(.5):.3f} ms, "
+            log(f"{name} at {rate:,.0f} req/s offered (#{rep}): achieved {achieved:,.0f}, p50 {q(.5):.3f} ms, "
                 f"p99 {q(.99):.3f} ms, p99.9 {q(.999):.3f} ms, 404 {n404 / len(lat):.2%}, other errors {bad}")
             if bad:
-                die(f"{sysm.name}: {bad} answers neither 200 nor 404 at the fixed rate")
-            self.rec("lookup_p50_ms", sysm.label, q(.5))
-            self.rec("lookup_p99_ms", sysm.label, q(.99))
-            self.rec("lookup_p999_ms", sysm.label, q(.999))
-            self.rec("fixed_rate_404_ratio", sysm.label, n404 / len(lat))
+                die(f"{name}: {bad} answers neither 200 nor 404 at the fixed rate")
+            self.rec("lookup_p50_ms", label, q(.5))
+            self.rec("lookup_p99_ms", label, q(.99))
+            self.rec("lookup_p999_ms", label, q(.999))
+            self.rec("fixed_rate_404_ratio", label, n404 / len(lat))
 
-    def answers(self, sysm, keys):
+    def answers(self, sysm, keys, port=None):
         res = {}
         for k in keys:
-            st, body = get(sysm.port, sysm.key_path(k))
+            st, body = get(port or sysm.port, sysm.key_path(k))
             res[k] = (st, body)
         return res
 
-    def check_same_bytes(self, ks_answers, st_answers):
+    def check_same_bytes(self, ks_answers, st_answers, other="Kafka Streams"):
         diff = [k for k in ks_answers if ks_answers[k] != st_answers[k]]
         if diff:
             k = diff[0]
-            die(f"Kafka Streams and kstate answer differently for {len(diff)} of {len(ks_answers)} keys, e.g. {k}:\n"
-                f"  kstate:        {ks_answers[k]}\n  Kafka Streams: {st_answers[k]}")
+            die(f"{other} and kstate answer differently for {len(diff)} of {len(ks_answers)} keys, e.g. {k}:\n"
+                f"  kstate: {ks_answers[k]}\n  {other}: {st_answers[k]}")
         n404 = sum(1 for v in ks_answers.values() if v[0] == 404)
-        log(f"byte-identical answers for {len(ks_answers)} keys ({n404} of them 404)")
+        log(f"{other}: byte-identical answers for {len(ks_answers)} keys ({n404} of them 404)")
 
-    def restart(self, sysm, how, fig, guarantee=None, static=None):
+    def restart(self, sysm, how, fig, guarantee=None):
         """Stop (SIGTERM / SIGKILL / SIGTERM then delete the state), start, time to the first
         moment every partition's probe key answers exactly as before."""
         expected = self.answers(sysm, self.probes.values())
@@ -306,8 +349,6 @@ class Harness:
         t0 = time.monotonic()
         if guarantee:
             proc = sysm.start(guarantee=guarantee)
-        elif static is not None:
-            proc = sysm.start(static=static)
         else:
             proc = sysm.start()
         pending = dict(expected)
@@ -323,6 +364,11 @@ class Harness:
         log(f"{sysm.name} restart after {how}{' (' + guarantee + ')' if guarantee else ''}: "
             f"first correct answers after {dt:.2f}s")
         self.rec(fig, sysm.label, dt)
+        if how == "empty":
+            # The rebuild's rate over the whole topic, against the raw consume rate.
+            self.rec("restart_empty_rps", sysm.label, self.a.records / dt)
+            if "limit" in self.r.get("ingest_rps", {}):
+                self.r.setdefault("restart_empty_rps", {})["limit"] = list(self.r["ingest_rps"]["limit"])
 
     def wait_caught_up(self, sysm, what):
         end = self.end_offsets()
@@ -380,15 +426,20 @@ class Harness:
         copy = self.work / "state-copy"
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(kstate_state, copy)
-        res = json.loads(out([TOOLS / "rocks_reads", copy, STORE, self.keyfile, 2, self.a.duration / 2,
+        res = json.loads(out([BUILD / "rocks_reads", copy, STORE, self.keyfile, 2, self.a.duration / 2,
                               self.cache_mb]).strip())
         log(f"RocksDB in-process point reads (2 threads): {res['get_rps']:,.0f} Get/s; "
-            f"kstate-like (snapshot + 2 Gets): {res['kstate_like_rps']:,.0f}/s")
+            f"kstate-like (snapshot + 2 Gets): {res['kstate_like_rps']:,.0f}/s at {res['kstate_like_cpu_us']:.2f} "
+            f"CPU-us each")
         self.rec("lookup_rps", "limit_store", res["get_rps"])
         self.rec("lookup_rps", "limit_store_kstate_like", res["kstate_like_rps"])
+        self.rec("lookup_cpu_us", "limit_store_kstate_like", res["kstate_like_cpu_us"])
         shutil.rmtree(copy, ignore_errors=True)
 
     def http_limit(self, body_bytes):
+        """The trivial Beast server answering the median answer's bytes: its req/s, its CPU
+        per request, and its latency at the fixed rate the systems were measured at. The
+        floor of a lookup's CPU is its CPU plus the in-process store read's."""
         port = free_port()
         p = Proc("trivial", [TOOLS / "trivial_server", port, body_bytes, 2], self.work / "trivial.log")
         wait_until(lambda: get(port, "/")[0] == 200, 30, "trivial server", p)
@@ -399,7 +450,14 @@ class Harness:
                 f"{r['cpu_us']:.1f} CPU-us/req")
             self.rec("lookup_rps", "limit", r["rps"])
             self.rec("lookup_cpu_us", "limit", r["cpu_us"])
+        if getattr(self, "rate", None) and "latency" in self.sections:
+            self.fixed_rate_on(port, self.rate, "trivial", "limit", lambda k: f"/v1/stores/{STORE}/keys/{k}")
         p.stop()
+        read = self.r.get("lookup_cpu_us", {}).get("limit_store_kstate_like")
+        if read:
+            floor = statistics.median(self.r["lookup_cpu_us"]["limit"]) + statistics.median(read)
+            self.rec("lookup_cpu_us", "limit_floor", floor)
+            log(f"floor of a lookup: {floor:.1f} CPU-us (trivial server + in-process read)")
 
     def forwarded(self, kst):
         """Two kstate instances of one group; lookups of keys the other instance owns."""

@@ -19,12 +19,16 @@ ROWS = [
     ("  store limit: RocksDB Get/s (2 thr)", "lookup_rps", "limit_store"),
     ("lookups skewed (req/s)", "lookup_zipf_rps", None),
     ("lookup CPU per request (us)", "lookup_cpu_us", "limit"),
+    ("  floor: trivial + in-process read (us)", "lookup_cpu_us", "limit_floor"),
     ("batchGet CPU per key (us)", "batch_get_cpu_us_per_key", None),
+    ("batchGet keys/s (100 per request)", "batch_get_keys_per_s", None),
     ("p50 at fixed rate (ms)", "lookup_p50_ms", "limit"),
     ("p99 at fixed rate (ms)", "lookup_p99_ms", "limit"),
     ("p99.9 at fixed rate (ms)", "lookup_p999_ms", "limit"),
     ("range limit=10 (scans/s)", "range10_rps", None),
     ("range limit=100 (scans/s)", "range100_rps", None),
+    ("range limit=10 CPU per page (us)", "range10_cpu_us", None),
+    ("range limit=100 CPU per page (us)", "range100_cpu_us", None),
     ("lookups during appends (req/s)", "lookup_rps_during_ingest", None),
     ("lookups during full ingest (req/s)", "lookup_rps_during_full_ingest", None),
     ("  p99 during full ingest (ms)", "lookup_p99_ms_during_full_ingest", None),
@@ -32,6 +36,7 @@ ROWS = [
     ("restart after kill -9 (s)", "restart_sigkill_s", None),
     ("restart after kill -9, EOS (s)", "restart_sigkill_eos_s", None),
     ("restart with empty state (s)", "restart_empty_s", None),
+    ("rebuild from empty (records/s)", "restart_empty_rps", "limit"),
     ("  kstate defaults: after SIGTERM (s)", "restart_sigterm_default_s", None),
     ("  kstate defaults: after kill -9 (s)", "restart_sigkill_default_s", None),
     ("RSS steady (MiB)", "rss_mb", None),
@@ -40,7 +45,8 @@ ROWS = [
 
 
 # The JSON name of each limit column.
-LIMIT_KEYS = {"limit": "limit", "limit_store_write": "limit_store_write_rps", "limit_store": "limit_store_get_rps"}
+LIMIT_KEYS = {"limit": "limit", "limit_store_write": "limit_store_write_rps", "limit_store": "limit_store_get_rps",
+              "limit_floor": "limit_floor"}
 
 
 def versions():
@@ -125,6 +131,8 @@ def report(h):
     for key in ("lookup_404_ratio", "fixed_rate_404_ratio"):
         if key in h.r:
             result[key] = {s: med(key, s) for s in ("kstate", "kafka_streams", "limit")}
+    if getattr(h, "front_end", None):
+        result["kafka_streams_front_end"] = h.front_end
     for attr in ("rate", "body_bytes", "prefill_rps", "wordcount_check"):
         if getattr(h, attr, None) is not None:
             result[{"rate": "fixed_rate_offered_rps", "body_bytes": "lookup_body_bytes"}.get(attr, attr)] = getattr(h, attr)

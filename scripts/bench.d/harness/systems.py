@@ -31,26 +31,20 @@ class System:
 class Kstate(System):
     label = "kstate"
 
-    def start(self, app_id=None, state=None, port=None, advertised=ADVERTISED, static=None):
+    def start(self, app_id=None, state=None, port=None, advertised=ADVERTISED):
         self.app_id = app_id or self.app_id
-        if static is not None:
-            self.static = static
         if state:
             self.state = state
         if port:
             self.port = port
         cfg = self.h.work / f"{self.name}.yaml"
-        # Static group membership, as for the baseline: a restarted instance takes its
-        # partitions back at once instead of waiting out the dead member's session.
-        static_block = (f"kafka:\n  group.instance.id: {self.app_id}-{self.name}\n"
-                        if getattr(self, "static", True) else "")
         cfg.write_text(f"""application_id: {self.app_id}
 bootstrap_servers: {self.h.bootstrap}
 state_dir: {self.state}
 advertised_endpoint: {advertised}
 http:
   listen: 127.0.0.1:{self.port}
-{static_block}query:
+query:
   exact_count_limit: 1000000000
 views:
   - name: {STORE}
@@ -86,7 +80,18 @@ views:
 
 
 class Streams(System):
+    """The baseline answers on two front ends at once: the JDK's HTTP server on `port`
+    and Vert.x (an event loop per core) on `vertx_port`."""
     label = "kafka_streams"
+    # The front ends, by the label suffix their figures are recorded under.
+    FRONT_ENDS = ("jdk", "vertx")
+
+    def __init__(self, h, name):
+        super().__init__(h, name)
+        self.vertx_port = free_port()
+
+    def front_end_port(self, front_end):
+        return self.vertx_port if front_end == "vertx" else self.port
 
     def start(self, app_id=None, guarantee="at_least_once"):
         self.app_id = app_id or self.app_id
@@ -97,7 +102,8 @@ class Streams(System):
                "-Dsun.net.httpserver.nodelay=true",
                "-cp", cp, "bench.Baseline",
                f"bootstrap={self.h.bootstrap}", f"topic={TOPIC}", f"store={STORE}", f"app_id={self.app_id}",
-               f"state_dir={self.state}", f"port={self.port}", f"advertised={ADVERTISED}",
+               f"state_dir={self.state}", f"port={self.port}", f"vertx_port={self.vertx_port}",
+               f"advertised={ADVERTISED}",
                f"partitions={self.h.a.partitions}", "stream_threads=2", "http_threads=4",
                f"guarantee={guarantee}", f"cache_mb={self.h.cache_mb}", "static_membership=1"]
         self.proc = Proc(self.name, cmd, self.h.work / f"{self.name}.log")

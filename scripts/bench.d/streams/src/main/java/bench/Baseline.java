@@ -2,6 +2,10 @@ package bench;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import io.vertx.core.Vertx;
+import io.vertx.core.VertxOptions;
+import io.vertx.core.http.HttpServerOptions;
+import io.vertx.core.http.HttpServerResponse;
 
 import java.io.IOException;
 import java.io.OutputStream;
@@ -48,8 +52,10 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  *   GET /bench/count                      exact key count (iterates every store)
  *
  * Usage: Baseline key=value... with keys bootstrap, topic, store, app_id, state_dir,
- * port, advertised, partitions, stream_threads (2), http_threads (4), guarantee
- * (at_least_once | exactly_once_v2), cache_mb (64), static_membership (0 | 1).
+ * port (the JDK server), vertx_port (optional: Vert.x too), advertised, partitions,
+ * stream_threads (2), http_threads (4, the JDK server's pool), event_loops (Vert.x: the
+ * cores), guarantee (at_least_once | exactly_once_v2), cache_mb (64), static_membership
+ * (0 | 1).
  */
 public final class Baseline {
   private static String store;
@@ -103,38 +109,69 @@ public final class Baseline {
       for (int i = 0; i < partitions; i++) stores.set(i, null);
     });
 
+    streams.start();
+    // The JDK's server (a fixed pool of threads) on `port`, and, with vertx_port, Vert.x
+    // (one event loop per core, one HTTP server per loop on the shared port, each
+    // answering on its loop: store lookups take microseconds) beside it, both answering
+    // from this one KafkaStreams instance.
     HttpServer http = HttpServer.create(new InetSocketAddress("127.0.0.1", Integer.parseInt(a.get("port"))), 1024);
     http.setExecutor(Executors.newFixedThreadPool(Integer.parseInt(a.getOrDefault("http_threads", "4"))));
     http.createContext("/", Baseline::handle);
+    http.start();
+    Vertx vertx = null;
+    if (a.containsKey("vertx_port")) {
+      int loops = Integer.parseInt(a.getOrDefault("event_loops", String.valueOf(Runtime.getRuntime().availableProcessors())));
+      vertx = Vertx.vertx(new VertxOptions().setEventLoopPoolSize(loops));
+      int port = Integer.parseInt(a.get("vertx_port"));
+      for (int i = 0; i < loops; i++) {
+        vertx.createHttpServer(new HttpServerOptions().setTcpNoDelay(true).setHost("127.0.0.1").setPort(port))
+            .requestHandler(req -> {
+              Answer ans = answer(req.method().name(), req.path(), req.query());
+              HttpServerResponse r = req.response().setStatusCode(ans.status()).putHeader("Content-Type", ans.type());
+              if (ans.position() != null) r.putHeader("X-Kstate-Position", ans.position());
+              if (ans.retryAfter()) r.putHeader("Retry-After", "1");
+              r.end(ans.body());
+            })
+            .listen()
+            .await();
+      }
+    }
+    final Vertx loopsToClose = vertx;
+    Runnable stopHttp = () -> {
+      http.stop(0);
+      if (loopsToClose != null) loopsToClose.close().await();
+    };
 
     CountDownLatch done = new CountDownLatch(1);
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-      http.stop(0);
+      stopHttp.run();
       streams.close(Duration.ofSeconds(60));
       done.countDown();
     }));
-    streams.start();
-    http.start();
     done.await();
   }
 
   // ---- HTTP ------------------------------------------------------------------------
 
-  private static void handle(HttpExchange ex) throws IOException {
+  /** One HTTP answer, whichever server sends it. */
+  record Answer(int status, String type, String body, String position, boolean retryAfter) {
+    static Answer of(int status, String type, String body) { return new Answer(status, type, body, null, false); }
+  }
+
+  /** The answer to GET `path`?`query` (raw, percent-encoded), or to another method. */
+  static Answer answer(String method, String path, String query) {
     try {
-      String path = ex.getRequestURI().getRawPath();
-      String query = ex.getRequestURI().getRawQuery();
       String prefix = "/v1/stores/" + store + "/keys";
-      if (!"GET".equals(ex.getRequestMethod())) {
-        send(ex, 405, "application/problem+json", problem(405, 40501, "method_not_allowed", "Method not allowed", "only GET", path));
+      if (!"GET".equals(method)) {
+        return Answer.of(405, "application/problem+json", problem(405, 40501, "method_not_allowed", "Method not allowed", "only GET", path));
       } else if (path.startsWith(prefix + "/")) {
-        getKey(ex, path, path.substring(prefix.length() + 1));
+        return getKey(path, path.substring(prefix.length() + 1));
       } else if (path.equals(prefix)) {
-        range(ex, path, query);
+        return range(path, query);
       } else if (path.equals("/bench/status")) {
         StringBuilder s = new StringBuilder("{\"state\":\"").append(streams.state()).append("\",\"position\":");
         position(s, -1);
-        send(ex, 200, "application/json", s.append('}').toString());
+        return Answer.of(200, "application/json", s.append('}').toString());
       } else if (path.equals("/bench/count")) {
         long n = 0;
         for (int i = 0; i < partitions; i++) {
@@ -142,17 +179,27 @@ public final class Baseline {
             while (it.hasNext()) { it.next(); n++; }
           }
         }
-        send(ex, 200, "application/json", "{\"count\":" + n + "}");
+        return Answer.of(200, "application/json", "{\"count\":" + n + "}");
       } else {
-        send(ex, 404, "application/problem+json", problem(404, 40403, "route_not_found", "Route not found", "no route for GET " + path, path));
+        return Answer.of(404, "application/problem+json", problem(404, 40403, "route_not_found", "Route not found", "no route for GET " + path, path));
       }
     } catch (InvalidStateStoreException | NotRunning e) {
-      String path = ex.getRequestURI().getRawPath();
-      ex.getResponseHeaders().set("Retry-After", "1");
-      send(ex, 503, "application/problem+json", problem(503, 50301, "not_caught_up", "Partition not caught up", "store not queryable: " + e.getMessage(), path));
+      return new Answer(503, "application/problem+json", problem(503, 50301, "not_caught_up", "Partition not caught up", "store not queryable: " + e.getMessage(), path), null, true);
     } catch (RuntimeException e) {
       e.printStackTrace();
-      send(ex, 500, "application/problem+json", problem(500, 50001, "internal", "Internal server error", String.valueOf(e), ex.getRequestURI().getRawPath()));
+      return Answer.of(500, "application/problem+json", problem(500, 50001, "internal", "Internal server error", String.valueOf(e), path));
+    }
+  }
+
+  private static void handle(HttpExchange ex) throws IOException {
+    Answer a = answer(ex.getRequestMethod(), ex.getRequestURI().getRawPath(), ex.getRequestURI().getRawQuery());
+    if (a.position() != null) ex.getResponseHeaders().set("X-Kstate-Position", a.position());
+    if (a.retryAfter()) ex.getResponseHeaders().set("Retry-After", "1");
+    byte[] b = a.body().getBytes(StandardCharsets.UTF_8);
+    ex.getResponseHeaders().set("Content-Type", a.type());
+    ex.sendResponseHeaders(a.status(), b.length);
+    try (OutputStream os = ex.getResponseBody()) {
+      os.write(b);
     }
   }
 
@@ -170,7 +217,7 @@ public final class Baseline {
     return s;
   }
 
-  private static void getKey(HttpExchange ex, String path, String rawKey) throws IOException {
+  private static Answer getKey(String path, String rawKey) {
     byte[] key = percentDecode(rawKey);
     // The producers' partitioner (the Java client's default): what queryMetadataForKey computes.
     int partition = Utils.toPositive(Utils.murmur2(key)) % partitions;
@@ -187,9 +234,7 @@ public final class Baseline {
        .append(pos).append("},\"served_by\":\"");
       escape(s, served);
       s.append("\",\"status\":404,\"title\":\"Key not found\",\"type\":\"/problems/key_not_found\"}");
-      ex.getResponseHeaders().set("X-Kstate-Position", partition + ":" + pos);
-      send(ex, 404, "application/problem+json", s.toString());
-      return;
+      return new Answer(404, "application/problem+json", s.toString(), partition + ":" + pos, false);
     }
     long offset = ByteBuffer.wrap(v, 0, 8).getLong();
     s.append("{\"key\":\"");
@@ -201,8 +246,7 @@ public final class Baseline {
     escape(s, store);
     // The value is JSON as produced (compact, keys sorted): embedded as it is.
     s.append("\",\"value\":").append(new String(v, 8, v.length - 8, StandardCharsets.UTF_8)).append('}');
-    ex.getResponseHeaders().set("X-Kstate-Position", partition + ":" + pos);
-    send(ex, 200, "application/json", s.toString());
+    return new Answer(200, "application/json", s.toString(), partition + ":" + pos, false);
   }
 
   /**
@@ -212,7 +256,7 @@ public final class Baseline {
    * concatenates the partitions' ranges instead of merging them, so an application
    * answering in key order has to do this itself.
    */
-  private static void range(HttpExchange ex, String path, String query) throws IOException {
+  private static Answer range(String path, String query) {
     int limit = 100;
     if (query != null) {
       for (String kv : query.split("&")) {
@@ -257,7 +301,7 @@ public final class Baseline {
     s.append("},\"served_by\":\"");
     escape(s, served);
     s.append("\"}");
-    send(ex, 200, "application/json", s.toString());
+    return Answer.of(200, "application/json", s.toString());
   }
 
   private static void position(StringBuilder s, int only) {
@@ -277,15 +321,6 @@ public final class Baseline {
     s.append("\",\"status\":").append(status).append(",\"title\":\"").append(title)
      .append("\",\"type\":\"/problems/").append(type).append("\"}");
     return s.toString();
-  }
-
-  private static void send(HttpExchange ex, int status, String type, String body) throws IOException {
-    byte[] b = body.getBytes(StandardCharsets.UTF_8);
-    ex.getResponseHeaders().set("Content-Type", type);
-    ex.sendResponseHeaders(status, b.length);
-    try (OutputStream os = ex.getResponseBody()) {
-      os.write(b);
-    }
   }
 
   // nlohmann::json's escaping: quote, backslash, and control characters (short forms where
