@@ -43,6 +43,7 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <stdexcept>
@@ -66,6 +67,10 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+// A connection's socket, bound to its strand by type: no type-erased executor to copy
+// and query on every operation.
+using strand_type = net::strand<net::io_context::executor_type>;
+using socket_type = net::basic_stream_socket<tcp, strand_type>;
 
 class session_base;
 
@@ -271,12 +276,12 @@ thread_local session_base* handling_session = nullptr;
 // executor(), and abandon_pending_reply() (called by stop() after the I/O threads
 // were joined).
 //
-// Generic over the stream: beast::tcp_stream (plain HTTP) or an ssl_stream over one
+// Generic over the stream: the socket itself (plain HTTP) or an ssl_stream over it
 // (TLS, handshake first). Both are instantiated here, in the one TU that includes Beast.
 template <class Stream>
 class session : public session_base {
  public:
-  static constexpr bool is_tls = !std::is_same_v<Stream, beast::tcp_stream>;
+  static constexpr bool is_tls = !std::is_same_v<Stream, socket_type>;
 
   // `overloaded`: accepted beyond max_connections; the session reads one request
   // header, answers it 503 and closes.
@@ -301,7 +306,7 @@ class session : public session_base {
     }
     // Small responses are written in one gather; Nagle would only add latency.
     beast::error_code ec;
-    tcp_layer().socket().set_option(tcp::no_delay(true), ec);  // best effort: ignore failure
+    tcp_layer().set_option(tcp::no_delay(true), ec);  // best effort: ignore failure
     if constexpr (is_tls) {
       net::dispatch(stream_.get_executor(), [self = self()] {
         // The handshake is bounded like a request: a client that connects and says
@@ -361,7 +366,7 @@ class session : public session_base {
   bool idle() const { return buffer_.size() == 0 && (!parser_ || !parser_->got_some()); }
 
   std::shared_ptr<session> self() { return std::static_pointer_cast<session>(shared_from_this()); }
-  beast::tcp_stream& tcp_layer() { return beast::get_lowest_layer(stream_); }
+  socket_type& tcp_layer() { return beast::get_lowest_layer(stream_); }
 
   // A failed handshake (plain HTTP sent to a TLS port, an untrusted or missing client
   // certificate, a protocol below TLS 1.2) is the client's problem: logged at debug,
@@ -369,7 +374,7 @@ class session : public session_base {
   void on_handshake(beast::error_code ec) {
     if (ec) {
       beast::error_code ignored;
-      auto peer = tcp_layer().socket().remote_endpoint(ignored);
+      auto peer = tcp_layer().remote_endpoint(ignored);
       log()->debug("TLS handshake with {}:{} failed: {}", peer.address().to_string(), peer.port(), ec.message());
       return close();
     }
@@ -380,8 +385,8 @@ class session : public session_base {
     closed_ = true;
     watchdog_.cancel();
     beast::error_code ec;
-    tcp_layer().socket().shutdown(tcp::socket::shutdown_both, ec);  // peer may be gone already
-    tcp_layer().close();
+    tcp_layer().shutdown(tcp::socket::shutdown_both, ec);  // peer may be gone already
+    tcp_layer().close(ec);
   }
 
   // --- deadlines -------------------------------------------------------------------
@@ -642,26 +647,61 @@ class session : public session_base {
     }
   }
 
+  // A complete response: the status line and header fields are written here into one
+  // buffer, the body goes out as it is, both in one gather write. (Beast's serializer
+  // walks the same bytes as a chain of buffer views, several times the cost for the
+  // small answers that are most of the traffic.) Streamed bodies keep the serializer.
   void write(response&& r, bool keep_alive) {
     phase_ = phase::writing;
-    res_ = {};
-    fill_header(res_, r);
-    res_.body() = std::move(r.body);
-    res_.keep_alive(keep_alive);
-    res_.prepare_payload();
-    if (cur_.method == "HEAD") {
-      // The headers of a GET, without its body: bytes after them would be read as the
-      // start of the next response on a keep-alive connection.
-      auto size = res_.body().size();
-      res_.body().clear();
-      res_.content_length(size);
+    body_ = std::move(r.body);
+    // No body after a 1xx, 204 or 304 (RFC 9110 6.4.1), and none after the headers of
+    // a HEAD: bytes there would be read as the start of the next response.
+    const bool no_body = bodyless_status(r.status);
+    head_.clear();
+    head_ += cur_.version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+    append_decimal(head_, r.status);
+    head_ += ' ';
+    const auto reason = bhttp::obsolete_reason(static_cast<bhttp::status>(r.status));
+    head_.append(reason.data(), reason.size());
+    head_ += "\r\nServer: kstate\r\n";
+    if (!r.content_type.empty()) append_field(head_, "Content-Type", r.content_type);
+    append_field(head_, "X-Request-Id", cur_.request_id);
+    for (const auto& [n, v] : r.headers)
+      if (!reserved_header(n)) append_field(head_, n, v);
+    // HTTP/1.1 connections persist unless closed, HTTP/1.0 ones close unless kept.
+    if (cur_.version >= 11 && !keep_alive) head_ += "Connection: close\r\n";
+    if (cur_.version < 11 && keep_alive) head_ += "Connection: keep-alive\r\n";
+    if (no_body) {
+      body_.clear();
+    } else {
+      head_ += "Content-Length: ";
+      append_decimal(head_, body_.size());
+      head_ += "\r\n";
+      if (cur_.method == "HEAD") body_.clear();
     }
+    head_ += "\r\n";
     // A client that stops reading its response is cut off like one that stops sending.
     set_deadline(st_->cfg.read_timeout);
-    bhttp::async_write(stream_, res_, beast::bind_front_handler(&session::on_write, self(), !keep_alive));
+    const std::array<net::const_buffer, 2> bufs{net::buffer(head_), net::buffer(body_)};
+    net::async_write(stream_, bufs, beast::bind_front_handler(&session::on_write, self(), !keep_alive));
+  }
+
+  static void append_field(std::string& out, std::string_view name, std::string_view value) {
+    out.append(name.data(), name.size());
+    out += ": ";
+    out.append(value.data(), value.size());
+    out += "\r\n";
+  }
+
+  static void append_decimal(std::string& out, std::uint64_t v) {
+    char buf[24];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, end);
   }
 
   void on_write(bool close_after, beast::error_code ec, std::size_t) {
+    // A large body is not kept for the lifetime of an idle connection.
+    if (body_.capacity() > keep_body_capacity) body_ = std::string();
     log_request(ec ? "write failed" : "");
     if (ec) return close();
     if (close_after) return lingering_close();
@@ -815,7 +855,7 @@ class session : public session_base {
       return;
     }
     beast::error_code ec;
-    tcp_layer().socket().shutdown(tcp::socket::shutdown_send, ec);  // peer may be gone already
+    tcp_layer().shutdown(tcp::socket::shutdown_send, ec);  // peer may be gone already
     do_drain();
   }
 
@@ -851,7 +891,11 @@ class session : public session_base {
   std::size_t header_fields_ = 0;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::optional<bhttp::response<bhttp::empty_body>> continue_;
-  bhttp::response<bhttp::string_body> res_;  // must outlive async_write
+  // The response being written: status line and fields, then the body. Both must
+  // outlive the write; their capacity is reused by the connection's next response.
+  std::string head_;
+  std::string body_;
+  static constexpr std::size_t keep_body_capacity = 64 * 1024;
   request_info cur_;
   std::weak_ptr<reply_state> pending_;  // the reply the handler owes, while phase_ == handling
   // Streaming state, set only while phase_ == streaming. The serializer refers to sres_,
@@ -936,7 +980,7 @@ class listener : public std::enable_shared_from_this<listener> {
     acceptor_.async_accept(net::make_strand(ioc_), beast::bind_front_handler(&listener::on_accept, shared_from_this()));
   }
 
-  void on_accept(beast::error_code ec, tcp::socket socket) {
+  void on_accept(beast::error_code ec, socket_type socket) {
     if (!acceptor_.is_open() || st_->stopping) return;
     if (ec) {
       // Out of file descriptors and similar: retrying at once would spin a core, and
@@ -965,10 +1009,9 @@ class listener : public std::enable_shared_from_this<listener> {
     }
     if (overloaded) ++st_->refused;
     if (st_->tls) {
-      std::make_shared<session<beast::ssl_stream<beast::tcp_stream>>>(st_, overloaded, std::move(socket), *st_->tls)
-          ->run();
+      std::make_shared<session<beast::ssl_stream<socket_type>>>(st_, overloaded, std::move(socket), *st_->tls)->run();
     } else {
-      std::make_shared<session<beast::tcp_stream>>(st_, overloaded, std::move(socket))->run();
+      std::make_shared<session<socket_type>>(st_, overloaded, std::move(socket))->run();
     }
     do_accept();
   }
