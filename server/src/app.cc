@@ -220,6 +220,7 @@ status app::start() {
   ctx.waiter = i.waiter.get();
   ctx.ownership = &i.ownership;
   http::client_config peer_cfg;
+  peer_cfg.max_idle_per_peer = i.cfg.peer_connections;
   if (i.cfg.http.tls.enabled()) {
     // Instances verify each other like any client would, and present their own
     // certificate to peers that require client certificates.

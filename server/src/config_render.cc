@@ -35,7 +35,8 @@ std::string render_config(const app_config& c) {
     << c.http.max_body_bytes << YAML::Key << "max_target_bytes" << YAML::Value << c.http.max_target_bytes << YAML::Key
     << "read_timeout_ms" << YAML::Value << c.http.read_timeout.count() << YAML::Key << "shutdown_grace_ms"
     << YAML::Value << c.http.shutdown_grace.count() << YAML::Key << "ui_dir" << YAML::Value << c.ui_dir << YAML::Key
-    << "drain_delay_ms" << YAML::Value << c.drain_delay.count();
+    << "drain_delay_ms" << YAML::Value << c.drain_delay.count() << YAML::Key << "peer_connections" << YAML::Value
+    << c.peer_connections;
   if (c.http.tls.enabled()) {
     e << YAML::Key << "tls" << YAML::Value << YAML::BeginMap << YAML::Key << "cert_file" << YAML::Value
       << c.http.tls.cert_file << YAML::Key << "key_file" << YAML::Value << c.http.tls.key_file;

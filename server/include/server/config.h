@@ -44,6 +44,10 @@ struct app_config {
   // After SIGTERM, how long /readyz answers 503 while requests are still served, so load
   // balancers stop sending traffic before connections close. Milliseconds. Default 0.
   std::chrono::milliseconds drain_delay{0};
+  // Idle keep-alive connections kept open to each other instance for forwarded requests
+  // and parts (http.peer_connections). Below the number of requests forwarded at once,
+  // connections would be opened and closed at the rate of requests.
+  std::size_t peer_connections = 64;
 
   // Directory of the built dashboard (web/dist), served at /ui/. Empty: no dashboard.
   std::string ui_dir;
