@@ -2,12 +2,14 @@
 
 #include "server/api.h"
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/sha.h>
 
 #include <charconv>
+#include <memory>
 #include <stdexcept>
 
 namespace kstate::server::api {
@@ -25,9 +27,39 @@ std::string to_hex(const unsigned char* p, std::size_t n) {
 
 }  // namespace
 
-peer_signer::peer_signer(std::string secret, std::chrono::milliseconds max_skew)
-    : secret_(std::move(secret)), max_skew_(max_skew) {
-  if (secret_.size() < 16) throw std::invalid_argument("the peer secret must be at least 16 bytes");
+struct peer_signer::keyed {
+  EVP_MD* sha256 = nullptr;
+  EVP_MAC* hmac = nullptr;
+  EVP_MAC_CTX* base = nullptr;  // keyed, never updated: only copied (a read, safe from any thread)
+
+  explicit keyed(const std::string& secret) {
+    sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    if (sha256 && hmac) base = EVP_MAC_CTX_new(hmac);
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_END};
+    if (!base || !EVP_MAC_init(base, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), params)) {
+      release();
+      throw std::runtime_error("OpenSSL has no usable HMAC-SHA256");
+    }
+  }
+  ~keyed() { release(); }
+  keyed(const keyed&) = delete;
+  keyed& operator=(const keyed&) = delete;
+
+  void release() {
+    EVP_MAC_CTX_free(base);
+    EVP_MAC_free(hmac);
+    EVP_MD_free(sha256);
+    base = nullptr;
+    hmac = nullptr;
+    sha256 = nullptr;
+  }
+};
+
+peer_signer::peer_signer(std::string secret, std::chrono::milliseconds max_skew) : max_skew_(max_skew) {
+  if (secret.size() < 16) throw std::invalid_argument("the peer secret must be at least 16 bytes");
+  keyed_ = std::make_shared<const keyed>(secret);
 }
 
 int64_t peer_signer::now_ms() {
@@ -37,13 +69,14 @@ int64_t peer_signer::now_ms() {
 
 std::string peer_signer::mac(int64_t t, std::string_view method, std::string_view target, std::string_view body) const {
   unsigned char body_hash[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(body.data()), body.size(), body_hash);
+  if (!EVP_Digest(body.data(), body.size(), body_hash, nullptr, keyed_->sha256, nullptr)) return {};
   std::string msg = "v1\n" + std::to_string(t) + "\n";
   msg.append(method).append("\n").append(target).append("\n").append(to_hex(body_hash, sizeof body_hash));
+  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_dup(keyed_->base), &EVP_MAC_CTX_free);
   unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
-            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len))
+  std::size_t len = 0;
+  if (!ctx || !EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(msg.data()), msg.size()) ||
+      !EVP_MAC_final(ctx.get(), out, &len, sizeof out))
     return {};
   return to_hex(out, len);
 }

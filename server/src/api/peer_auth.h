@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -44,7 +45,11 @@ class peer_signer {
  private:
   std::string mac(int64_t t, std::string_view method, std::string_view target, std::string_view body) const;
 
-  std::string secret_;
+  // OpenSSL state made once: the SHA-256 digest and an HMAC context already keyed with
+  // the secret, copied for each signature (keying and fetching the algorithms again
+  // for every request costs more than the hashing).
+  struct keyed;
+  std::shared_ptr<const keyed> keyed_;
   std::chrono::milliseconds max_skew_;
 };
 
