@@ -143,6 +143,66 @@ TEST_CASE("server: one keep-alive connection answers three requests in a row") {
   }
 }
 
+TEST_CASE("server: response framing by version, Connection, HEAD and bodiless statuses") {
+  // A handler whose status the path chooses; the framing is checked on the raw bytes.
+  running_server srv({}, [](const request& req) {
+    response r;
+    r.body = "0123456789";
+    if (!req.segments.empty() && req.segments[0] == "nocontent") r.status = 204;
+    return r;
+  });
+  auto exchange = [&](const std::string& raw_request, bool expect_close) {
+    wire_client c(srv.port());
+    REQUIRE(!c.send(raw_request));
+    std::string raw;
+    c.read_raw(raw, 2s, expect_close ? "" : "\r\n\r\n");
+    return raw;
+  };
+  SUBCASE("HTTP/1.1 keep-alive: Content-Length, no Connection field") {
+    auto raw = exchange(get("/a"), false);
+    CHECK(raw.rfind("HTTP/1.1 200 OK\r\nServer: kstate\r\n", 0) == 0);
+    CHECK(raw.find("Content-Length: 10\r\n") != std::string::npos);
+    CHECK(raw.find("Connection:") == std::string::npos);
+  }
+  SUBCASE("HTTP/1.1 Connection: close is answered with it, then the connection closes") {
+    auto raw = exchange(get("/a", "Connection: close\r\n"), true);
+    CHECK(raw.find("Connection: close\r\n") != std::string::npos);
+    CHECK(raw.substr(raw.size() - 14) == "\r\n\r\n0123456789");
+  }
+  SUBCASE("HTTP/1.0 closes unless kept alive, and says keep-alive when kept") {
+    auto closed = exchange("GET /a HTTP/1.0\r\n\r\n", true);
+    CHECK(closed.rfind("HTTP/1.0 200 OK\r\n", 0) == 0);
+    CHECK(closed.find("Connection:") == std::string::npos);
+    CHECK(closed.substr(closed.size() - 10) == "0123456789");
+    wire_client c(srv.port());
+    for (int i = 0; i < 2; ++i) {
+      REQUIRE(!c.send("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+      wire_response res;
+      REQUIRE(!c.read(res));
+      CHECK(res.version() == 10);
+      CHECK(res[bhttp::field::connection] == "keep-alive");
+      CHECK(res.body() == "0123456789");
+    }
+  }
+  SUBCASE("HEAD: the GET's Content-Length, no body bytes before the next response") {
+    wire_client c(srv.port());
+    REQUIRE(!c.send("HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n" + get("/a", "Connection: close\r\n")));
+    std::string raw;
+    c.read_raw(raw, 2s);
+    const auto first_end = raw.find("\r\n\r\n");
+    REQUIRE(first_end != std::string::npos);
+    CHECK(raw.substr(0, first_end).find("Content-Length: 10") != std::string::npos);
+    CHECK(raw.compare(first_end + 4, 9, "HTTP/1.1 ") == 0);
+    CHECK(raw.substr(raw.size() - 10) == "0123456789");
+  }
+  SUBCASE("204: neither Content-Length nor body") {
+    auto raw = exchange(get("/nocontent", "Connection: close\r\n"), true);
+    CHECK(raw.rfind("HTTP/1.1 204 No Content\r\n", 0) == 0);
+    CHECK(raw.find("Content-Length") == std::string::npos);
+    CHECK(raw.substr(raw.size() - 4) == "\r\n\r\n");
+  }
+}
+
 TEST_CASE("server: pipelined requests are answered in order") {
   running_server srv;
   wire_client c(srv.port());
