@@ -117,7 +117,8 @@ TEST_CASE("kill -9 with batches waiting for the writer, 10 times: table, counts 
   // Every partition's stored position is the topic's end.
   auto described = c.get("/v1/stores/t");
   REQUIRE(described);
-  for (const auto& p : described->body_json()["assigned_partitions"])
-    CHECK(p["position"] == end[p["partition"].get<int32_t>()]);
+  // Kept in a variable: a range-for over a member of the temporary would dangle.
+  const auto description = described->body_json();
+  for (const auto& p : description["assigned_partitions"]) CHECK(p["position"] == end[p["partition"].get<int32_t>()]);
   CHECK(ks.terminate() == 0);
 }
