@@ -1,6 +1,7 @@
 #include "query/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <queue>
 
@@ -187,7 +188,13 @@ query_result<batch_answer> engine::get_many(std::string_view store,
   auto snap = db_.read_snapshot();
   auto values = snap->multi_get(*vid, located);
   if (!values.ok()) return R::fail(failure_reason::store_exception, values.error().to_string());
+  std::vector<int32_t> partitions;
+  for (const auto& [p, k] : located)
+    if (std::find(partitions.begin(), partitions.end(), p) == partitions.end()) partitions.push_back(p);
+  auto positions = snap->positions(*vid, partitions);
+  if (!positions.ok()) return R::fail(failure_reason::store_exception, positions.error().to_string());
   batch_answer a;
+  for (size_t i = 0; i < partitions.size(); ++i) a.pos.set(partitions[i], (*positions)[i].value_or(0));
   a.entries.reserve(located.size());
   for (size_t i = 0; i < located.size(); ++i) {
     batch_entry e{located[i].second, std::nullopt, -1, located[i].first};
@@ -196,11 +203,6 @@ query_result<batch_answer> engine::get_many(std::string_view store,
       if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
       e.value = std::string(f->value);
       e.offset = f->offset;
-    }
-    if (!a.pos.covers(e.partition)) {
-      auto pos = snap->position(*vid, e.partition);
-      if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
-      a.pos.set(e.partition, pos->value_or(0));
     }
     a.entries.push_back(std::move(e));
   }
@@ -298,52 +300,132 @@ class merged_range final : public range_stream {
 
 }  // namespace
 
-query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query& q, storage::scan_use use) const {
-  using R = query_result<std::unique_ptr<range_stream>>;
+query_result<engine::resolved_range> engine::resolve_range(const range_query& q) const {
+  using R = query_result<resolved_range>;
   const auto* view = find_store(q.store);
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
   auto vid = db_.find_view(view->name);
   if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
-  std::vector<int32_t> parts;
+  resolved_range r{*vid, {}, q.from, q.to};
   if (q.partitions) {
     for (int32_t p : *q.partitions)
-      if (auto f = require_partition<std::unique_ptr<range_stream>>(*view, p)) return std::move(*f);
-    parts = *q.partitions;
+      if (auto f = require_partition<resolved_range>(*view, p)) return std::move(*f);
+    r.partitions = *q.partitions;
   } else {
     int32_t count = 0;
-    if (auto f = require_all_partitions<std::unique_ptr<range_stream>>(*view, count)) return std::move(*f);
-    for (int32_t p = 0; p < count; ++p) parts.push_back(p);
+    if (auto f = require_all_partitions<resolved_range>(*view, count)) return std::move(*f);
+    for (int32_t p = 0; p < count; ++p) r.partitions.push_back(p);
   }
-
-  std::optional<std::string> lower = q.from, upper = q.to;
   if (q.prefix) {
-    tighten_lower(lower, *q.prefix);
-    if (auto succ = prefix_successor(*q.prefix)) tighten_upper(upper, *succ);
+    tighten_lower(r.lower, *q.prefix);
+    if (auto succ = prefix_successor(*q.prefix)) tighten_upper(r.upper, *succ);
   }
   if (q.after) {
-    if (q.descending) tighten_upper(upper, *q.after);
-    else tighten_lower(lower, *q.after + std::string(1, '\0'));  // the next key after `after`
+    if (q.descending) tighten_upper(r.upper, *q.after);
+    else tighten_lower(r.lower, *q.after + std::string(1, '\0'));  // the next key after `after`
   }
+  return R::success(std::move(r));
+}
+
+query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query& q, storage::scan_use use) const {
+  using R = query_result<std::unique_ptr<range_stream>>;
+  auto rr = resolve_range(q);
+  if (!rr.ok()) return rr.as<std::unique_ptr<range_stream>>();
+  auto& r = rr.answer();
   std::unique_ptr<range_stream> s =
-      std::make_unique<merged_range>(db_.read_snapshot(), *vid, parts, lower, upper, q.descending, use);
+      std::make_unique<merged_range>(db_.read_snapshot(), r.view, r.partitions, r.lower, r.upper, q.descending, use);
   if (!s->error().ok()) return R::fail(failure_reason::store_exception, s->error().to_string());
   return R::success(std::move(s));
 }
 
+// A page: the limit + 1 first entries of open_range(q) in its order (one more tells
+// whether more exist), read with one cursor seeked to each partition in turn. Keys are
+// spread evenly over partitions by the partitioner, so each partition is read in rounds
+// of a quota near its expected share; a partition is read further only while its next
+// key could still be among the limit + 1 kept. Few entries are read past the page, and
+// a page costs one iterator instead of one per partition.
 query_result<range_answer> engine::range(const range_query& q, size_t limit) const {
   using R = query_result<range_answer>;
-  auto opened = open_range(q, storage::scan_use::page);
-  if (!opened.ok()) return opened.as<range_answer>();
-  auto& s = *opened.answer();
+  auto rr = resolve_range(q);
+  if (!rr.ok()) return rr.as<range_answer>();
+  const auto& r = rr.answer();
+  auto snap = db_.read_snapshot();
+  auto positions = snap->positions(r.view, r.partitions);
+  if (!positions.ok()) return R::fail(failure_reason::store_exception, positions.error().to_string());
   range_answer a;
-  a.entries.reserve(std::min<size_t>(limit + 1, 1024));
-  s.next(a.entries, limit + 1);  // one more than asked tells whether more exist
-  if (!s.error().ok()) return R::fail(failure_reason::store_exception, s.error().to_string());
-  if (a.entries.size() > limit) {
-    a.entries.pop_back();
+  for (size_t i = 0; i < r.partitions.size(); ++i) a.pos.set(r.partitions[i], (*positions)[i].value_or(0));
+  if (r.partitions.empty() || (r.lower && r.upper && !(*r.lower < *r.upper))) return R::success(std::move(a));
+
+  const bool desc = q.descending;
+  // True when (key, partition) comes before (key2, partition2) in the iteration order.
+  // Keys are unique across partitions; the lower partition comes first anyway, as in
+  // open_range.
+  auto first = [desc](std::string_view k1, int32_t p1, std::string_view k2, int32_t p2) {
+    int c = k1.compare(k2);
+    if (c == 0) return p1 < p2;
+    return desc ? c > 0 : c < 0;
+  };
+  // As a heap's order: the kept entry that comes last is on top.
+  auto before = [&first](const range_entry& x, const range_entry& y) {
+    return first(x.key, x.partition, y.key, y.partition);
+  };
+  const size_t keep = limit + 1;
+  std::vector<range_entry> kept;
+  kept.reserve(std::min<size_t>(keep + 1, 1024));
+  auto full = [&] { return kept.size() == keep; };
+
+  struct partition_read {
+    int32_t partition;
+    bool started = false, done = false;
+    std::string next_key;  // the first key not read yet, once started
+  };
+  std::vector<partition_read> reads;
+  reads.reserve(r.partitions.size());
+  for (int32_t p : r.partitions) reads.push_back({p});
+  const double share = static_cast<double>(keep) / static_cast<double>(r.partitions.size());
+  auto quota = static_cast<size_t>(share + 2 * std::sqrt(share) + 2);
+
+  auto cursor = snap->cursor(r.view, desc, storage::scan_use::page);
+  for (bool pending = true; pending; quota *= 2) {
+    pending = false;
+    for (auto& pr : reads) {
+      if (pr.done) continue;
+      if (pr.started && full() && !first(pr.next_key, pr.partition, kept.front().key, kept.front().partition)) {
+        pr.done = true;
+        continue;
+      }
+      if (!pr.started) cursor->seek(pr.partition, r.lower, r.upper);
+      else if (desc) cursor->seek(pr.partition, r.lower, pr.next_key + std::string(1, '\0'));  // next_key included
+      else cursor->seek(pr.partition, pr.next_key, r.upper);
+      pr.started = true;
+      size_t n = 0;
+      for (; cursor->valid() && n < quota; cursor->next(), ++n) {
+        auto key = cursor->key();
+        if (full() && !first(key, pr.partition, kept.front().key, kept.front().partition)) break;
+        auto f = unframe_value(cursor->value());
+        if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
+        kept.push_back(range_entry{std::string(key), std::string(f->value), f->offset, pr.partition});
+        std::push_heap(kept.begin(), kept.end(), before);
+        if (kept.size() > keep) {
+          std::pop_heap(kept.begin(), kept.end(), before);
+          kept.pop_back();
+        }
+      }
+      if (auto e = cursor->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
+      if (n < quota || !cursor->valid()) {
+        pr.done = true;  // the partition's end, or a key after every kept one
+      } else {
+        pr.next_key.assign(cursor->key());
+        pending = true;
+      }
+    }
+  }
+  std::sort_heap(kept.begin(), kept.end(), before);
+  if (kept.size() > limit) {
+    kept.pop_back();
     a.more = true;
   }
-  a.pos = s.pos();
+  a.entries = std::move(kept);
   return R::success(std::move(a));
 }
 

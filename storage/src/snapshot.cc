@@ -3,11 +3,22 @@
 
 #include <rocksdb/options.h>
 
+#include <tuple>
+
 #include "db_impl.h"
 #include "storage/key_codec.h"
 
 namespace kstate::storage {
 namespace {
+
+// Encoded bounds of the keys k of `partition` with lower <= k < upper: [begin, end).
+std::pair<std::string, std::string> partition_bounds(int32_t partition, const std::optional<std::string>& lower,
+                                                     const std::optional<std::string>& upper) {
+  std::string begin = encode_data_key(partition, lower.value_or(std::string()));
+  std::string end = upper ? encode_data_key(partition, *upper) : encode_data_key(partition + 1, {});
+  if (partition == INT32_MAX && !upper) end = std::string(5, '\xff');
+  return {std::move(begin), std::move(end)};
+}
 
 class rocks_partition_iterator final : public partition_iterator {
  public:
@@ -16,9 +27,7 @@ class rocks_partition_iterator final : public partition_iterator {
                            const std::optional<std::string>& upper, bool descending, scan_use use)
       : descending_(descending) {
     // Bounds in encoded space: the partition prefix keeps iteration inside the partition.
-    lower_ = encode_data_key(partition, lower.value_or(std::string()));
-    upper_ = upper ? encode_data_key(partition, *upper) : encode_data_key(partition + 1, {});
-    if (partition == INT32_MAX && !upper) upper_ = std::string(5, '\xff');
+    std::tie(lower_, upper_) = partition_bounds(partition, lower, upper);
     lower_slice_ = rocksdb::Slice(lower_);
     upper_slice_ = rocksdb::Slice(upper_);
     rocksdb::ReadOptions ro;
@@ -54,6 +63,54 @@ class rocks_partition_iterator final : public partition_iterator {
   std::unique_ptr<rocksdb::Iterator> it_;
 };
 
+// One iterator without bounds, checked against each partition's bounds here: RocksDB's
+// bounds are fixed when an iterator is made.
+class rocks_partition_cursor final : public partition_cursor {
+ public:
+  rocks_partition_cursor(rocksdb::DB* rdb, rocksdb::ColumnFamilyHandle* cf, const rocksdb::Snapshot* snap,
+                         bool descending, scan_use use)
+      : descending_(descending) {
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snap;
+    ro.fill_cache = use == scan_use::page;
+    it_.reset(rdb->NewIterator(ro, cf));
+  }
+  void seek(int32_t partition, const std::optional<std::string>& lower,
+            const std::optional<std::string>& upper) override {
+    std::tie(begin_, end_) = partition_bounds(partition, lower, upper);
+    if (!descending_) {
+      it_->Seek(begin_);
+      return;
+    }
+    // The last key before `end_`: at or before it, then one back when it is `end_`.
+    it_->SeekForPrev(end_);
+    if (it_->Valid() && it_->key() == rocksdb::Slice(end_)) it_->Prev();
+  }
+  bool valid() const override {
+    if (!it_->Valid()) return false;
+    auto k = it_->key();
+    return descending_ ? k.compare(rocksdb::Slice(begin_)) >= 0 : k.compare(rocksdb::Slice(end_)) < 0;
+  }
+  std::string_view key() const override {
+    auto k = it_->key();
+    return std::string_view(k.data() + 4, k.size() - 4);
+  }
+  std::string_view value() const override {
+    auto v = it_->value();
+    return std::string_view(v.data(), v.size());
+  }
+  void next() override {
+    if (descending_) it_->Prev();
+    else it_->Next();
+  }
+  status error() const override { return from_rocks(it_->status(), "scan"); }
+
+ private:
+  bool descending_;
+  std::string begin_, end_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
 // What a snapshot needs of the database; the db outlives its snapshots.
 struct snapshot_parts {
   rocksdb::DB* rdb;
@@ -75,6 +132,26 @@ class rocks_snapshot final : public snapshot {
     auto off = decode_offset(v);
     if (!off) return status::corruption("position record has " + std::to_string(v.size()) + " bytes");
     return std::optional<int64_t>(*off);
+  }
+
+  result<std::vector<std::optional<int64_t>>> positions(view_id view,
+                                                        const std::vector<int32_t>& partitions) const override {
+    std::vector<std::string> keys;
+    keys.reserve(partitions.size());
+    for (int32_t p : partitions) keys.push_back(encode_position_key(a_.view_names->at(view), p));
+    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+    std::vector<rocksdb::PinnableSlice> values(keys.size());
+    std::vector<rocksdb::Status> statuses(keys.size());
+    a_.rdb->MultiGet(options(), a_.meta, slices.size(), slices.data(), values.data(), statuses.data());
+    std::vector<std::optional<int64_t>> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (statuses[i].IsNotFound()) continue;
+      if (!statuses[i].ok()) return from_rocks(statuses[i], "reading positions");
+      auto off = decode_offset(std::string_view(values[i].data(), values[i].size()));
+      if (!off) return status::corruption("position record has " + std::to_string(values[i].size()) + " bytes");
+      out[i] = *off;
+    }
+    return out;
   }
 
   result<std::optional<std::string>> get(view_id view, int32_t partition, std::string_view key) const override {
@@ -107,6 +184,10 @@ class rocks_snapshot final : public snapshot {
                                            scan_use use) const override {
     return std::make_unique<rocks_partition_iterator>(a_.rdb, a_.views->at(view), snap_, partition, lower, upper,
                                                       descending, use);
+  }
+
+  std::unique_ptr<partition_cursor> cursor(view_id view, bool descending, scan_use use) const override {
+    return std::make_unique<rocks_partition_cursor>(a_.rdb, a_.views->at(view), snap_, descending, use);
   }
 
  private:

@@ -1,6 +1,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <array>
 #include <condition_variable>
 #include <filesystem>
 #include <limits>
@@ -149,16 +150,28 @@ TEST_CASE("ranges merge all partitions into one byte order, equal to a sorted mo
       want.emplace_back(k, v);
     }
     if (rq.descending) std::reverse(want.begin(), want.end());
-    // Page with a small limit, resuming after the last key each time.
-    std::vector<std::pair<std::string, std::string>> got;
+    // Pages of a limit from one key to more than all, resuming after the last key each
+    // time; the stream of the same query gives the same entries.
+    const size_t limit = std::array<size_t, 4>{1, 3, 50, 5000}[t % 4];
+    std::vector<std::pair<std::string, std::string>> got, streamed;
+    auto stream = f.q->open_range(rq, storage::scan_use::page);
+    REQUIRE(stream.ok());
+    std::vector<range_entry> batch;
+    while (stream.answer()->next(batch, 64) || !batch.empty()) {
+      for (auto& e : batch) streamed.emplace_back(e.key, e.value);
+      batch.clear();
+    }
+    CHECK(streamed == want);
     for (;;) {
-      auto page = f.q->range(rq, 3);
+      auto page = f.q->range(rq, limit);
       REQUIRE(page.ok());
+      CHECK(page.answer().entries.size() <= limit);
       for (auto& e : page.answer().entries) {
         got.emplace_back(e.key, e.value);
         CHECK(e.partition == fixture::part(e.key, fixture::partitions));
       }
-      CHECK(page.answer().pos.size() == static_cast<size_t>(fixture::partitions));
+      REQUIRE(page.answer().pos.size() == static_cast<size_t>(fixture::partitions));
+      for (int32_t p = 0; p < fixture::partitions; ++p) CHECK(page.answer().pos.at(p) == 100 + p);
       if (!page.answer().more) break;
       rq.after = page.answer().entries.back().key;
     }
@@ -184,6 +197,9 @@ TEST_CASE("count, batch get and positions") {
   REQUIRE(b.answer().entries.size() == 2);
   CHECK(b.answer().entries[0].value == f.model.begin()->second);
   CHECK_FALSE(b.answer().entries[1].value);
+  // The position of each partition asked, and of no other.
+  for (const auto& [p, k] : keys) CHECK(b.answer().pos.at(p) == 100 + p);
+  CHECK(b.answer().pos.size() == (keys[0].first == keys[1].first ? 1u : 2u));
 
   CHECK(f.q->reached("s", {{2, 101}}).answer() == true);  // position 102: offset 101 applied
   CHECK(f.q->reached("s", {{2, 102}}).answer() == false);

@@ -261,6 +261,15 @@ class engine {
   const ownership_registry& ownership_;
   std::map<std::string, partitioner_fn, std::less<>> partitioners_;
 
+  // A range query's column family, partitions (each held current here) and bounds,
+  // with `prefix` and the cursor's `after` folded into the bounds.
+  struct resolved_range {
+    storage::view_id view;
+    std::vector<int32_t> partitions;
+    std::optional<std::string> lower, upper;
+  };
+  query_result<resolved_range> resolve_range(const range_query& q) const;
+
   // Fails unless every partition of the view's topic is assigned here and current.
   template <typename T>
   std::optional<query_result<T>> require_all_partitions(const view_def& v, int32_t& count) const;

@@ -167,6 +167,17 @@ class partition_iterator {
   virtual status error() const = 0;  // non-ok when iteration stopped on an error
 };
 
+// One iterator moved from partition to partition of a view. A page needs a few keys of
+// each of many partitions; seeking one iterator once per partition costs a fraction of
+// creating an iterator per partition.
+class partition_cursor : public partition_iterator {
+ public:
+  // Positions at the first key k of `partition` with lower <= k < upper in the cursor's
+  // order (a missing bound is open); valid() is false when there is none.
+  virtual void seek(int32_t partition, const std::optional<std::string>& lower,
+                    const std::optional<std::string>& upper) = 0;
+};
+
 // How a scan uses the shared block cache. A page (a bounded read, such as one page of a
 // range, likely read again) caches the blocks it reads. A sweep (a read of a whole store:
 // an exact count, a streamed scan) does not, so it leaves the lookups' working set in
@@ -180,6 +191,9 @@ class snapshot {
  public:
   virtual ~snapshot() = default;
   virtual result<std::optional<int64_t>> position(view_id view, int32_t partition) const = 0;
+  // The positions of many partitions in one read, in the order of `partitions`.
+  virtual result<std::vector<std::optional<int64_t>>> positions(view_id view,
+                                                                const std::vector<int32_t>& partitions) const = 0;
   virtual result<std::optional<std::string>> get(view_id view, int32_t partition, std::string_view key) const = 0;
   // One RocksDB MultiGet for many keys, each with its partition. Results in input order.
   virtual result<std::vector<std::optional<std::string>>> multi_get(
@@ -189,6 +203,8 @@ class snapshot {
   virtual std::unique_ptr<partition_iterator> scan(view_id view, int32_t partition, std::optional<std::string> lower,
                                                    std::optional<std::string> upper, bool descending,
                                                    scan_use use) const = 0;
+  // A cursor over the partitions of `view`, ascending or descending; seek() it to each.
+  virtual std::unique_ptr<partition_cursor> cursor(view_id view, bool descending, scan_use use) const = 0;
 };
 
 class db {
