@@ -309,36 +309,23 @@ part_result read_batch_part(const state& st, const call& c, const view_def& v, c
   return w.take();
 }
 
-// {"data":[...],"metadata":{"position":{..}},"missing":[...],"served_by":..} from the
-// parts, in the order of `keys`.
-http::response merge_batch(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys,
-                           const std::vector<std::string>& parts) {
-  std::unordered_map<std::string_view, std::string_view> found;
-  position pos;
-  std::vector<part_view> views;
-  views.reserve(parts.size());
-  for (const auto& p : parts) {
-    auto pv = read_part(p);
-    if (!pv) return problem(failure_reason::internal, "an owner's part of the batch is malformed", c.path());
-    for (const auto& e : pv->entries) found.emplace(e.stored_key, e.entry_json);
-    pos.merge(pv->pos);
-    views.push_back(std::move(*pv));
-  }
+// {"data":[...],"metadata":{"position":{..}},"missing":[...],"served_by":..}: the
+// entries of `keys` that `entry_of` finds (their JSON), in the order of `keys`.
+template <typename EntryOf>
+http::response render_batch(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys,
+                            const position& pos, EntryOf entry_of) {
   http::response r;
   std::string& b = r.body;
   b += "{\"data\":[";
   bool first = true;
   std::string missing;
-  for (const auto& k : keys) {
-    auto it = found.find(k.key);
-    if (it == found.end()) {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!entry_of(i, b, first)) {
       if (!missing.empty()) missing += ',';
-      append_rendered_key(missing, v.key_format, k.key);
+      append_rendered_key(missing, v.key_format, keys[i].key);
       continue;
     }
-    if (!first) b += ',';
     first = false;
-    b.append(it->second.data(), it->second.size());
   }
   b += "],\"metadata\":{\"position\":";
   append_position(b, pos);
@@ -354,6 +341,46 @@ http::response merge_batch(const state& st, const call& c, const view_def& v, co
                    c.path());
   r.with_header("X-Kstate-Position", position_header(pos));
   return r;
+}
+
+// The answer from the parts of every owner (each in the part framing).
+http::response merge_batch(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys,
+                           const std::vector<std::string>& parts) {
+  std::unordered_map<std::string_view, std::string_view> found;
+  position pos;
+  std::vector<part_view> views;
+  views.reserve(parts.size());
+  for (const auto& p : parts) {
+    auto pv = read_part(p);
+    if (!pv) return problem(failure_reason::internal, "an owner's part of the batch is malformed", c.path());
+    for (const auto& e : pv->entries) found.emplace(e.stored_key, e.entry_json);
+    pos.merge(pv->pos);
+    views.push_back(std::move(*pv));
+  }
+  return render_batch(st, c, v, keys, pos, [&](std::size_t i, std::string& b, bool first) {
+    auto it = found.find(keys[i].key);
+    if (it == found.end()) return false;
+    if (!first) b += ',';
+    b.append(it->second.data(), it->second.size());
+    return true;
+  });
+}
+
+// The answer when every key is held here: rendered straight from one read.
+http::response local_batch(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys) {
+  std::vector<std::pair<int32_t, std::string>> located;
+  located.reserve(keys.size());
+  for (const auto& k : keys) located.emplace_back(k.partition, k.key);
+  auto res = st.ctx.queries->get_many(c.store, located);
+  if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
+  const auto& entries = res.answer().entries;  // in the order of `keys`
+  return render_batch(st, c, v, keys, res.answer().pos, [&](std::size_t i, std::string& b, bool first) {
+    const auto& e = entries[i];
+    if (!e.value) return false;
+    if (!first) b += ',';
+    append_entry(b, v, e.key, *e.value, e.partition, e.offset);
+    return true;
+  });
 }
 
 }  // namespace
@@ -451,11 +478,8 @@ outcome batch_get(const state& st, const call& c) {
         if (p == k.partition) by_owner[endpoint].push_back(&k);
   }
   if (where->remote.empty()) {
-    return local_plan{bound_for(c, parts), true, [&st, c, v = &v, shared_keys] {
-                        auto part = read_batch_part(st, c, *v, *shared_keys);
-                        if (auto* failed = std::get_if<http::response>(&part)) return std::move(*failed);
-                        return merge_batch(st, c, *v, *shared_keys, {std::get<std::string>(part)});
-                      }};
+    return local_plan{bound_for(c, parts), true,
+                      [&st, c, v = &v, shared_keys] { return local_batch(st, c, *v, *shared_keys); }};
   }
   if (!local_keys.empty()) {
     g.local_bound = bound_for(c, where->local);
