@@ -1,5 +1,7 @@
 #include "core/ownership.h"
 
+#include <algorithm>
+
 namespace kstate {
 
 void ownership_registry::set_partition_count(const std::string& topic, int32_t count) {
@@ -18,6 +20,8 @@ void ownership_registry::assign(const std::vector<assignment>& added) {
     p.applied = a.applied;
     p.restored = 0;
     p.restore_total = -1;
+    p.assigned_from = a.applied;
+    p.assigned_at = std::chrono::steady_clock::now();
   }
   joined_ = true;
   ++generation_;
@@ -109,6 +113,21 @@ bool ownership_registry::all_ready() const {
 uint64_t ownership_registry::generation() const {
   std::lock_guard lock(mu_);
   return generation_;
+}
+
+std::optional<catch_up_progress> catch_up(const partition_state& p, std::chrono::steady_clock::time_point now) {
+  if (!p.assigned || p.ready || p.catch_up_target < 0 || p.applied < 0) return std::nullopt;
+  catch_up_progress c;
+  c.position = p.applied;
+  c.target = p.catch_up_target;
+  c.left = std::max<int64_t>(0, p.catch_up_target - p.applied);
+  const double seconds = std::chrono::duration<double>(now - p.assigned_at).count();
+  const int64_t done = p.assigned_from >= 0 ? p.applied - p.assigned_from : 0;
+  if (seconds > 0 && done > 0) {
+    c.records_per_second = static_cast<double>(done) / seconds;
+    c.eta_seconds = static_cast<double>(c.left) / c.records_per_second;
+  }
+  return c;
 }
 
 }  // namespace kstate

@@ -129,6 +129,10 @@ class state_metrics final : public prometheus::Collectable {
                          MetricType::Gauge);
     auto& remaining = family("kstate_partition_restore_remaining_records",
                              "Records still to apply before the partition is ready (0 when ready)", MetricType::Gauge);
+    auto& eta =
+        family("kstate_partition_restore_eta_seconds",
+               "Seconds until a partition catching up is ready, at its rate since the assignment", MetricType::Gauge);
+    const auto now = std::chrono::steady_clock::now();
     std::set<std::string> topics;
     for (const auto& v : views_) topics.insert(v.topic);
     for (const auto& topic : topics) {
@@ -147,6 +151,7 @@ class state_metrics final : public prometheus::Collectable {
         if (!st.ready && st.catch_up_target >= 0)
           left = static_cast<double>(std::max<int64_t>(0, st.catch_up_target - std::max<int64_t>(0, st.applied)));
         gauge(remaining, l, left);
+        if (auto c = catch_up(st, now); c && c->eta_seconds) gauge(eta, l, *c->eta_seconds);
       }
     }
     return {std::make_move_iterator(families.begin()), std::make_move_iterator(families.end())};

@@ -10,6 +10,7 @@
 
 #include "core/guard.h"
 #include "core/notifier.h"
+#include "core/ownership.h"
 #include "core/window.h"
 
 using namespace kstate;
@@ -276,4 +277,53 @@ TEST_CASE(
   auto why = guarded([&] { n.notify(); });
   CHECK(why == std::optional<std::string>("first"));
   CHECK(heard == 2);
+}
+
+TEST_CASE("catch-up progress: offsets left to the target, the rate since the assignment, and the time left at it") {
+  using namespace std::chrono_literals;
+  const auto now = std::chrono::steady_clock::now();
+  partition_state p;
+  p.assigned = true;
+  p.catch_up_target = 10'000;
+  p.assigned_from = 1'000;
+  p.assigned_at = now - 4s;
+  p.applied = 3'000;  // 2,000 offsets in 4 s: 500/s, 7,000 left: 14 s
+  auto c = catch_up(p, now);
+  REQUIRE(c);
+  CHECK(c->position == 3'000);
+  CHECK(c->target == 10'000);
+  CHECK(c->left == 7'000);
+  CHECK(c->records_per_second == doctest::Approx(500));
+  REQUIRE(c->eta_seconds);
+  CHECK(*c->eta_seconds == doctest::Approx(14));
+
+  // Nothing applied yet: no rate, no estimate.
+  p.applied = 1'000;
+  c = catch_up(p, now);
+  REQUIRE(c);
+  CHECK(c->left == 9'000);
+  CHECK_FALSE(c->eta_seconds);
+
+  // Ready, not assigned, or with an unknown target or position: not catching up.
+  for (auto change :
+       {+[](partition_state& s) { s.ready = true; }, +[](partition_state& s) { s.assigned = false; },
+        +[](partition_state& s) { s.catch_up_target = -1; }, +[](partition_state& s) { s.applied = -1; }}) {
+    partition_state q = p;
+    change(q);
+    CHECK_FALSE(catch_up(q, now));
+  }
+
+  // The registry stamps the assignment: where the partition resumed, and when.
+  ownership_registry reg;
+  reg.assign({{"t", 0, 500, false, 100}});
+  auto s = reg.partition("t", 0);
+  REQUIRE(s);
+  CHECK(s->assigned_from == 100);
+  CHECK(s->assigned_at <= std::chrono::steady_clock::now());
+  reg.update_progress("t", 0, 300, 600);
+  c = catch_up(*reg.partition("t", 0), std::chrono::steady_clock::now() + 1s);
+  REQUIRE(c);
+  CHECK(c->left == 200);
+  REQUIRE(c->eta_seconds);
+  CHECK(*c->eta_seconds > 0);
 }

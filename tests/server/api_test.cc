@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -455,6 +456,43 @@ TEST_CASE("readyz: an anonymous probe sees readiness, not topics; a cluster toke
   CHECK(anon.body.find(topic + "\"") == std::string::npos);
   auto ops = n.get("/readyz", {{"Authorization", "Bearer ops-token"}});
   CHECK(ops.body_json()["partitions"].size() == 4);
+}
+
+TEST_CASE("readyz and the store description show how far a partition catching up is, and when it should be done") {
+  node n({0, 1, 2});
+  // Partition 3 assigned at offset 1,000 with its end at 5,000; 1,000 offsets applied.
+  n.ownership.assign({{topic, 3, 5'000, false, 1'000}});
+  n.ownership.update_progress(topic, 3, 2'000, 5'200);
+  n.build();
+  auto r = n.get("/readyz");
+  CHECK(r.status == 503);
+  const json body = r.body_json();
+  json behind;
+  for (const auto& p : body["partitions"])
+    if (p["partition"] == 3) behind = p;
+  REQUIRE_MESSAGE(behind.is_object(), r.body);
+  CHECK(behind["ready"] == false);
+  const auto& c = behind["catch_up"];
+  CHECK(c["position"] == 2'000);
+  CHECK(c["target"] == 5'000);
+  CHECK(c["left"] == 3'000);
+  // The rate is what was applied since the assignment, over the time since: positive,
+  // and the estimate is what is left at that rate.
+  REQUIRE(c["records_per_second"].get<double>() > 0);
+  REQUIRE(c["eta_seconds"].is_number());
+  // (given to a tenth of a second)
+  CHECK(std::abs(c["eta_seconds"].get<double>() - 3'000 / c["records_per_second"].get<double>()) <= 0.051);
+  // Caught-up partitions have none.
+  for (const auto& p : body["partitions"])
+    if (p["partition"] != 3) CHECK_FALSE(p.contains("catch_up"));
+
+  auto d = n.get("/v1/stores/s");
+  REQUIRE(d.status == 200);
+  const json described = d.body_json();
+  for (const auto& p : described["assigned_partitions"]) {
+    if (p["partition"] == 3) CHECK(p["catch_up"]["left"] == 3'000);
+    else CHECK_FALSE(p.contains("catch_up"));
+  }
 }
 
 TEST_CASE("peer signatures: HMAC-SHA256 over the documented message, checked against a known vector") {

@@ -5,6 +5,7 @@
 // Thread safety: every member is safe to call from any thread. Writers (the ingest
 // thread) replace per-topic entries under a mutex; readers copy what they need.
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -29,7 +30,23 @@ struct partition_state {
   // running or done since the assignment).
   int64_t restored = 0;
   int64_t restore_total = -1;
+  // Where the partition resumed when it was assigned (-1: unknown) and when: the catch-up
+  // rate so far, for catch_up() below.
+  int64_t assigned_from = -1;
+  std::chrono::steady_clock::time_point assigned_at{};
 };
+
+// Where a partition that is not ready yet stands in its catch-up to the end it had at
+// assignment (partition_state::catch_up_target).
+struct catch_up_progress {
+  int64_t position = 0;               // next offset applied
+  int64_t target = 0;                 // ready once position reaches it
+  int64_t left = 0;                   // offsets still to apply
+  double records_per_second = 0;      // offsets applied per second since the assignment
+  std::optional<double> eta_seconds;  // left at that rate; none before anything was applied
+};
+// nullopt when the partition is ready, not assigned, or its target or position unknown.
+std::optional<catch_up_progress> catch_up(const partition_state& p, std::chrono::steady_clock::time_point now);
 
 struct topic_state {
   int32_t partition_count = 0;                    // 0 until metadata is known

@@ -5,6 +5,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <cmath>
 #include <set>
 
 #include "api/handlers.h"
@@ -63,6 +64,18 @@ json local_cluster_view(const state& st) {
           {"partitions", parts}};
 }
 
+// A partition still catching up to its end at assignment: how far, and when it should
+// be done at the rate so far. Null when it is ready.
+json catch_up_json(const partition_state& ps) {
+  auto c = catch_up(ps, std::chrono::steady_clock::now());
+  if (!c) return nullptr;
+  return {{"position", c->position},
+          {"target", c->target},
+          {"left", c->left},
+          {"records_per_second", std::round(c->records_per_second)},
+          {"eta_seconds", c->eta_seconds ? json(std::round(*c->eta_seconds * 10) / 10) : json(nullptr)}};
+}
+
 // Adds a metric family with one unlabelled sample.
 void add_sample(std::vector<prometheus::MetricFamily>& families, std::string name, std::string help,
                 prometheus::MetricType type, double value) {
@@ -95,8 +108,9 @@ outcome readyz(const state& st, const call& c) {
       for (const auto& [p, ps] : t->partitions) {
         if (!ps.assigned) continue;
         json part{{"topic", topic}, {"partition", p}, {"ready", ps.ready}};
-        // A partition catching up from its changelog says how far it is.
+        // A partition catching up from its changelog, or to its end, says how far it is.
         if (ps.restore_total >= 0) part["restore"] = {{"restored", ps.restored}, {"total", ps.restore_total}};
+        if (auto c = catch_up_json(ps); !c.is_null()) part["catch_up"] = std::move(c);
         parts.push_back(std::move(part));
       }
     }
@@ -198,6 +212,8 @@ outcome describe_store(const state& st, const call& c) {
       auto ps = t->partitions.find(p.partition);
       if (ps != t->partitions.end() && ps->second.assigned && ps->second.restore_total >= 0)
         parts.back()["restore"] = {{"restored", ps->second.restored}, {"total", ps->second.restore_total}};
+      if (ps != t->partitions.end())
+        if (auto c = catch_up_json(ps->second); !c.is_null()) parts.back()["catch_up"] = std::move(c);
     }
     if (p.position) pos.set(p.partition, *p.position);
   }

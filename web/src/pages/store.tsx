@@ -59,6 +59,8 @@ export function StoreDetail({ store }: { store: string }) {
   const s = d.details;
   const cluster = d.view.partitions.filter((x) => x.topic === s.topic).sort((a, b) => a.partition - b.partition);
   const allReady = cluster.every((x) => x.ready);
+  // Partitions this instance is catching up: how much is left, and when they should be ready.
+  const catchUp = new Map(s.assigned_partitions.filter((a) => a.catch_up).map((a) => [a.partition, a.catch_up!]));
 
   return (
     <>
@@ -137,7 +139,10 @@ export function StoreDetail({ store }: { store: string }) {
                   <td data-label="Position" class="num">{fmt.int(x.position)}</td>
                   <td data-label="High watermark" class="num">{fmt.int(x.high_watermark)}</td>
                   <td data-label="Lag" class={`num ${x.ready ? '' : 'warn-text'}`}>{fmt.int(x.lag)}</td>
-                  <td data-label="Status">{x.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}</td>
+                  <td data-label="Status">
+                    {x.ready ? <Pill tone="ok">ready</Pill> : <Pill tone="warn">restoring</Pill>}
+                    {!x.ready && catchUp.has(x.partition) && <CatchUpNote c={catchUp.get(x.partition)!} />}
+                  </td>
                 </tr>
               ))}
             </tbody>
@@ -145,5 +150,15 @@ export function StoreDetail({ store }: { store: string }) {
         </div>
       </Card>
     </>
+  );
+}
+
+// "1,234 left · about 12 s": a partition's catch-up at its rate since the assignment.
+function CatchUpNote({ c }: { c: { left: number; eta_seconds: number | null } }) {
+  return (
+    <span class="muted small" data-testid="catch-up">
+      {' '}
+      {fmt.int(c.left)} left{c.eta_seconds !== null ? ` · about ${Math.ceil(c.eta_seconds)} s` : ''}
+    </span>
   );
 }
