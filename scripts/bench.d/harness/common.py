@@ -1,4 +1,5 @@
 """What every part of scripts/bench shares: paths, logging, processes under test, HTTP GET."""
+import json
 import http.client
 import os
 import signal
@@ -34,6 +35,16 @@ def run(cmd, **kw):
 
 def out(cmd, **kw):
     return run(cmd, capture_output=True, text=True, **kw).stdout
+
+
+def out_json(cmd, **kw):
+    """The JSON object a limit tool prints as its last line of the form {...}: the store
+    tools share kstate's storage logger, which may print RocksDB's warnings (a write
+    stall) to standard output before it."""
+    lines = [ln for ln in out(cmd, **kw).splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"{cmd[0]} printed no JSON result")
+    return json.loads(lines[-1])
 
 
 def free_port():

@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import (ALL, BD, BUILD, ROOT, STORE, TOOLS, TOPIC, Proc, die, free_port, get, load, log, out, run,
-                     wait_until)
+from .common import (ALL, BD, BUILD, ROOT, STORE, TOOLS, TOPIC, Proc, die, free_port, get, load, log, out, out_json,
+                     run, wait_until)
 from .systems import Kstate
 
 class Harness:
@@ -164,8 +164,7 @@ class Harness:
             self.rec("ingest_wall_s", sysm.label, t_done - t_start)
 
     def raw_consume(self, rep):
-        res = json.loads(out([TOOLS / "rawconsume", self.bootstrap, TOPIC, self.a.partitions,
-                              sum(self.end.values())]).strip())
+        res = out_json([TOOLS / "rawconsume", self.bootstrap, TOPIC, self.a.partitions, sum(self.end.values())])
         log(f"raw consume #{rep}: {res['rps']:,.0f} records/s, "
             f"{res['cpu_s'] / res['records'] * 1e6:.2f} CPU-s per M records")
         self.rec("ingest_rps", "limit", res["rps"])
@@ -177,7 +176,7 @@ class Harness:
         d = self.work / "store-writes"
         shutil.rmtree(d, ignore_errors=True)
         total = sum(self.end.values())
-        res = json.loads(out([BUILD / "store_writes", d, total, self.a.keys, self.a.partitions]).strip())
+        res = out_json([BUILD / "store_writes", d, total, self.a.keys, self.a.partitions])
         shutil.rmtree(d, ignore_errors=True)
         log(f"store writes #{rep}: {res['rps']:,.0f} records/s, "
             f"{res['cpu_s'] / res['records'] * 1e6:.2f} CPU-s per M records")
@@ -426,8 +425,7 @@ class Harness:
         copy = self.work / "state-copy"
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(kstate_state, copy)
-        res = json.loads(out([BUILD / "rocks_reads", copy, STORE, self.keyfile, 2, self.a.duration / 2,
-                              self.cache_mb]).strip())
+        res = out_json([BUILD / "rocks_reads", copy, STORE, self.keyfile, 2, self.a.duration / 2, self.cache_mb])
         log(f"RocksDB in-process point reads (2 threads): {res['get_rps']:,.0f} Get/s; "
             f"kstate-like (snapshot + 2 Gets): {res['kstate_like_rps']:,.0f}/s at {res['kstate_like_cpu_us']:.2f} "
             f"CPU-us each")
