@@ -74,8 +74,10 @@ class agg_pipeline {
   // the outputs. Notes which stores must catch up from their changelog first.
   result<std::optional<int64_t>> plan_assign(const std::string& topic, int32_t partition);
   // Rebalance, step 2 (after the partitions are in the ownership registry): applies
-  // the planned changelog tails to the local stores.
-  status restore_planned();
+  // the planned changelog tails to the local stores. Gives up as soon as `running` is
+  // false (a stop), with what it applied written: the next start resumes the restore
+  // there. True when every planned restore completed, false when a stop cut it short.
+  result<bool> restore_planned(const std::atomic<bool>& running);
   size_t planned_count() const { return planned_.size(); }
   // The partition was revoked (after the last batch was committed).
   void forget(const std::string& topic, int32_t partition);
@@ -141,7 +143,9 @@ class agg_pipeline {
   result<bool> fold(view_state& v, const record& r, const std::string& key, int64_t timestamp);
   outcome abort_and_rewind(std::string& error, const std::string& why);
   // Changelog restore (agg_restore.cc, with plan_assign and restore_planned).
-  status restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume);
+  // True when complete, false when `running` turned false first (progress written).
+  result<bool> restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume,
+                       const std::atomic<bool>& running);
 
   const ingest_config& cfg_;
   std::vector<view_state> views_;

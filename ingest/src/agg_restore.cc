@@ -74,15 +74,18 @@ result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topi
   return resume;
 }
 
-status agg_pipeline::restore_planned() {
+result<bool> agg_pipeline::restore_planned(const std::atomic<bool>& running) {
   auto plans = std::move(planned_);
   planned_.clear();
-  for (const auto& p : plans)
-    if (auto s = restore(views_[p.view], p.partition, p.from, p.resume); !s.ok()) return s;
-  return status::ok_status();
+  for (const auto& p : plans) {
+    auto done = restore(views_[p.view], p.partition, p.from, p.resume, running);
+    if (!done.ok() || !*done) return done;
+  }
+  return true;
 }
 
-status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume) {
+result<bool> agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume,
+                                   const std::atomic<bool>& running) {
   const auto& def = *v.def;
   const auto& cl = def.changelog_topic;
   auto started = std::chrono::steady_clock::now();
@@ -110,6 +113,17 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
     if (auto e = rd_kafka_assign(restorer_, list.get()))
       return status::unavailable("assigning " + cl + ": " + rd_kafka_err2str(e));
     for (;;) {
+      if (!running) {
+        // A stop: what was applied stays, with the changelog position it reached (the
+        // input position is not written, so the next start restores the rest).
+        batch.set_named_position(changelog_position_name(def), partition, end);
+        if (def.windowed()) batch.set_named_position(stream_time_name(def), partition, stream_time);
+        if (auto s = db_.write(batch); !s.ok()) return s;
+        if (auto e = rd_kafka_assign(restorer_, nullptr)) log()->warn("unassigning {}: {}", cl, rd_kafka_err2str(e));
+        log()->info("stopping: restore of {}-{} into store {} left at offset {} of {}", cl, partition, def.name, end,
+                    high);
+        return false;
+      }
       rd_kafka_message_t* m = rd_kafka_consumer_poll(restorer_, 100);
       if (!m) continue;
       if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
@@ -169,7 +183,7 @@ status agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std
               partition, from, end, def.name,
               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count(),
               input_resume ? std::to_string(*input_resume) : std::string("the beginning"));
-  return status::ok_status();
+  return true;
 }
 
 }  // namespace kstate::ingest

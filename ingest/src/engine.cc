@@ -280,11 +280,15 @@ struct engine::impl {
       if (agg) {
         // Stores behind the committed offsets catch up from their changelogs before
         // their input is consumed; /readyz shows the progress meanwhile.
-        if (auto s = agg->restore_planned(); !s.ok()) {
-          set_fatal("restoring from changelog: " + s.to_string());
+        auto restored = agg->restore_planned(running);
+        if (!restored.ok()) {
+          set_fatal("restoring from changelog: " + restored.error().to_string());
           return;
         }
         stats.restored = agg->restored_records();
+        // A stop interrupted the restore: nothing of these partitions is consumed; the
+        // loop ends and the next start goes on from what was restored.
+        if (!*restored) return;
       }
       rd_kafka_error_t* e = nullptr;
       rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;

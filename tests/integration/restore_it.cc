@@ -3,6 +3,7 @@
 // again) and answers every word correctly.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -137,4 +138,88 @@ TEST_CASE(
   CHECK(wrong == 0);
   CHECK(read_store(a.port(), "words").size() == c.counts.size());
   CHECK(a.terminate() == 0);
+}
+
+TEST_CASE("SIGTERM during a changelog restore stops it at once; the next start resumes it where it stopped") {
+  // 300,000 keys counted once each: a changelog of one record per key, which an instance
+  // with an empty state directory restores before it reads its input.
+  const int keys = 300'000;
+  auto topic = unique_name("restore-stop");
+  create_topic(topic, 6);
+  auto app = unique_name("restore-stop-app");
+  const std::string changelog = app + "-counts-changelog";
+  std::vector<kstate_process::view> views{{"counts", topic, "json", "", "string", "kind: count"}};
+  auto dir = temp_dir("restore-stop") + "/state";
+  kstate_process ks(app, views, dir);
+  ks.start();
+  ks.wait_ready();
+  std::vector<produced> records;
+  records.reserve(keys);
+  for (int i = 0; i < keys; ++i) records.push_back({"k" + std::to_string(i), "1"});
+  produce(topic, records);
+  REQUIRE(wait_for([&] { return ks.metric_sum("kstate_ingest_records_applied_total") >= keys; },
+                   std::chrono::seconds(120)));
+  REQUIRE(ks.terminate() == 0);
+
+  auto log_text = [&] {
+    std::ifstream in(ks.log_path());
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // Wipe the state and start again; SIGTERM once a partition shows a restore under
+  // way. A restore that finished before the signal arrived is tried again.
+  std::smatch stopped;
+  std::string stopped_partition, stopped_at;
+  for (int attempt = 0; attempt < 5 && stopped_partition.empty(); ++attempt) {
+    std::filesystem::remove_all(dir);
+    const size_t log_from = log_text().size();
+    ks.start();
+    http_client c(ks.port());
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool under_way = false;
+    while (!under_way && std::chrono::steady_clock::now() < deadline) {
+      auto a = c.get("/readyz");
+      if (!a) continue;
+      auto body = a->body_json();
+      for (const auto& p : body["partitions"])
+        if (p.contains("restore") && p["restore"]["restored"].get<int64_t>() > 0 &&
+            p["restore"]["restored"] < p["restore"]["total"])
+          under_way = true;
+      if (body["ready"] == true) break;
+    }
+    const auto signalled = std::chrono::steady_clock::now();
+    CHECK(ks.terminate() == 0);
+    const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+    auto text = log_text().substr(log_from);
+    std::regex re("stopping: restore of " + changelog + "-(\\d+) into store counts left at offset (\\d+) of (\\d+)");
+    if (std::regex_search(text, stopped, re)) {
+      stopped_partition = stopped[1];
+      stopped_at = stopped[2];
+      CHECK(std::stoll(stopped[2]) < std::stoll(stopped[3]));
+      MESSAGE("restore of partition " << stopped_partition << " stopped at offset " << stopped_at << " of "
+                                      << stopped[3] << "; the process exited " << stop_s << " s after SIGTERM");
+    } else {
+      MESSAGE("attempt " << attempt << ": the restore finished before the signal (under way seen: " << under_way
+                         << ")");
+    }
+  }
+  REQUIRE_MESSAGE(!stopped_partition.empty(), "no restore was interrupted; see " << ks.log_path());
+
+  // The next start restores the rest, from where the stop left it, and every count is 1.
+  const size_t log_from = log_text().size();
+  ks.start();
+  ks.wait_ready();
+  auto text = log_text().substr(log_from);
+  std::smatch resumed;
+  REQUIRE_MESSAGE(
+      std::regex_search(text, resumed,
+                        std::regex("catching up from changelog " + changelog + "-" + stopped_partition + " at (\\d+)")),
+      "partition " << stopped_partition << " not restored again; see " << ks.log_path());
+  CHECK(resumed[1] == stopped_at);
+  auto all = read_store(ks.port(), "counts");
+  CHECK(all.size() == static_cast<size_t>(keys));
+  size_t wrong = 0;
+  for (const auto& [k, v] : all)
+    if (v != 1) ++wrong;
+  CHECK(wrong == 0);
+  CHECK(ks.terminate() == 0);
 }
