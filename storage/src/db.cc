@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -65,6 +66,10 @@ class spdlog_rocksdb_logger final : public rocksdb::Logger {
     auto lvl = level >= rocksdb::InfoLogLevel::ERROR_LEVEL  ? spdlog::level::err
                : level == rocksdb::InfoLogLevel::WARN_LEVEL ? spdlog::level::warn
                                                             : spdlog::level::debug;
+    // Files made by SstFileWriter (partition copies, db::load_partition) carry no unique
+    // id, and RocksDB warns once for every such file it opens: expected, not a fault.
+    if (lvl == spdlog::level::warn && std::strstr(buf, "opened without unique ID to verify"))
+      lvl = spdlog::level::debug;
     storage_log()->log(lvl, "rocksdb: {}", buf);
   }
   void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
@@ -335,6 +340,8 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     return from_rocks(s, "opening RocksDB at '" + opts.path + "'");
   }
   i->rdb.reset(raw);
+  // Files of partition loads that never committed (a crash during a bootstrap).
+  std::filesystem::remove_all(opts.path + "/bootstrap", ec);
 
   std::map<std::string, rocksdb::ColumnFamilyHandle*> by_name;
   for (auto* h : i->handles) by_name[h->GetName()] = h;

@@ -63,6 +63,13 @@ std::shared_ptr<rocksdb::CompactionFilterFactory> make_window_expiry_filter_fact
 status load_stream_times(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta, const std::string& store,
                          const std::string& position, window_expiry& state);
 
+// Every position of one partition of view `view` (its own and "<view>#..."), as read
+// through `ro`, ordered by name.
+result<std::vector<std::pair<std::string, int64_t>>> read_view_positions(rocksdb::DB& rdb,
+                                                                         rocksdb::ColumnFamilyHandle* meta,
+                                                                         const rocksdb::ReadOptions& ro,
+                                                                         std::string_view view, int32_t partition);
+
 struct db::impl {
   std::shared_ptr<rocksdb::Statistics> statistics;
   std::unique_ptr<rocksdb::DB> rdb;

@@ -190,6 +190,10 @@ class rocks_snapshot final : public snapshot {
     return std::make_unique<rocks_partition_cursor>(a_.rdb, a_.views->at(view), snap_, descending, use);
   }
 
+  result<std::vector<std::pair<std::string, int64_t>>> view_positions(view_id view, int32_t partition) const override {
+    return read_view_positions(*a_.rdb, a_.meta, options(), a_.view_names->at(view), partition);
+  }
+
  private:
   rocksdb::ReadOptions options() const {
     rocksdb::ReadOptions ro;

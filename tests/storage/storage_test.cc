@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
 #include <set>
 
@@ -303,4 +304,116 @@ TEST_CASE("a batch missing an operation is refused whole, with the error, and ne
   b.put(users, 0, "alice", "v1");
   REQUIRE(d.write(b).ok());
   CHECK(d.get(users, 0, "alice").value().value == std::optional<std::string>("v1"));
+}
+
+namespace {
+// Every entry of one partition of `view`, read through a snapshot.
+std::map<std::string, std::string> partition_contents(const db& d, view_id view, int32_t partition) {
+  std::map<std::string, std::string> out;
+  auto snap = d.read_snapshot();
+  for (auto it = snap->scan(view, partition, std::nullopt, std::nullopt, false, scan_use::sweep); it->valid();
+       it->next())
+    out.emplace(std::string(it->key()), std::string(it->value()));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a partition copied from another database replaces the old one whole, with its positions") {
+  temp_dir src_dir, dst_dir;
+  auto src = db::open(db_options{.path = src_dir.path.string()}, {"users"});
+  auto dst = db::open(db_options{.path = dst_dir.path.string()}, {"users"});
+  REQUIRE(src.ok());
+  REQUIRE(dst.ok());
+  auto& s = *src.value();
+  auto& d = *dst.value();
+  auto users = *s.find_view("users");
+
+  // The model: what the source's partition 2 holds, random keys (zero bytes included).
+  std::mt19937 rng(7);
+  std::map<std::string, std::string> model;
+  auto b = s.new_batch();
+  for (int i = 0; i < 5000; ++i) {
+    std::string k(1 + rng() % 12, '\0');
+    for (auto& ch : k) ch = static_cast<char>(rng() % 4);
+    std::string v = "v" + std::to_string(rng());
+    model[k] = v;
+    b.put(users, 2, k, v);
+  }
+  b.set_position(users, 2, 5000);
+  b.set_named_position("users#changelog", 2, 4321);
+  b.put(users, 1, "other", "source's partition 1");
+  b.set_position(users, 1, 9);
+  REQUIRE(s.write(b).ok());
+  auto snap = s.read_snapshot();
+  // Written after the snapshot: not part of the copy.
+  auto later = s.new_batch();
+  later.put(users, 2, "after-the-snapshot", "x");
+  later.set_position(users, 2, 5001);
+  REQUIRE(s.write(later).ok());
+
+  // The destination holds an older state of partition 2 (keys the copy does not have,
+  // a position the copy replaces, a named position it does not know) and partition 1.
+  auto old = d.new_batch();
+  old.put(users, 2, "stale-only-here", "old");
+  old.put(users, 2, model.begin()->first, "old value");
+  old.set_position(users, 2, 10);
+  old.set_named_position("users#stream_time", 2, 77);
+  old.put(users, 1, "mine", "kept");
+  old.set_position(users, 1, 3);
+  REQUIRE(d.write(old).ok());
+
+  auto positions = snap->view_positions(users, 2);
+  REQUIRE(positions.ok());
+  CHECK(*positions == std::vector<std::pair<std::string, int64_t>>{{"users", 5000}, {"users#changelog", 4321}});
+  auto loader = d.load_partition(users, 2);
+  REQUIRE(loader.ok());
+  for (auto it = snap->scan(users, 2, std::nullopt, std::nullopt, false, scan_use::sweep); it->valid(); it->next())
+    REQUIRE((*loader)->add(it->key(), it->value()).ok());
+  CHECK((*loader)->entries() == model.size());
+  // Nothing changes before the commit.
+  CHECK(d.stored_position(users, 2).value() == 10);
+  CHECK(partition_contents(d, users, 2).count("stale-only-here") == 1);
+  REQUIRE((*loader)->commit(*positions).ok());
+
+  CHECK(partition_contents(d, users, 2) == model);
+  CHECK(d.stored_position(users, 2).value() == 5000);
+  CHECK(d.stored_named_position("users#changelog", 2).value() == 4321);
+  CHECK_FALSE(d.stored_named_position("users#stream_time", 2).value());
+  CHECK(*d.read_snapshot()->view_positions(users, 2) == *positions);
+  // Another partition is untouched.
+  CHECK(partition_contents(d, users, 1) == std::map<std::string, std::string>{{"mine", "kept"}});
+  CHECK(d.stored_position(users, 1).value() == 3);
+  // Loaded files moved into the database: nothing is left behind.
+  CHECK(std::filesystem::is_empty(dst_dir.path / "bootstrap"));
+}
+
+TEST_CASE("a partition load that is not committed changes nothing, and bad loads are refused") {
+  temp_dir dir;
+  auto opened = db::open(db_options{.path = dir.path.string()}, {"users", "orders"});
+  REQUIRE(opened.ok());
+  auto& d = *opened.value();
+  auto users = *d.find_view("users");
+  auto b = d.new_batch();
+  b.put(users, 0, "k", "v");
+  b.set_position(users, 0, 1);
+  REQUIRE(d.write(b).ok());
+  {
+    auto loader = d.load_partition(users, 0);
+    REQUIRE(loader.ok());
+    REQUIRE((*loader)->add("a", "1").ok());
+    REQUIRE((*loader)->add("b", "2").ok());
+    CHECK_FALSE((*loader)->add("b", "again").ok());         // not ascending
+    CHECK_FALSE((*loader)->commit({{"orders", 5}}).ok());   // another view's position
+    CHECK_FALSE((*loader)->commit({{"users#x", 5}}).ok());  // no position of its own
+  }
+  CHECK(partition_contents(d, users, 0) == std::map<std::string, std::string>{{"k", "v"}});
+  CHECK(d.stored_position(users, 0).value() == 1);
+  CHECK(std::filesystem::is_empty(dir.path / "bootstrap"));
+
+  // A copy with no entries empties the partition and sets its position.
+  auto empty = d.load_partition(users, 0);
+  REQUIRE(empty.ok());
+  REQUIRE((*empty)->commit({{"users", 40}}).ok());
+  CHECK(partition_contents(d, users, 0).empty());
+  CHECK(d.stored_position(users, 0).value() == 40);
 }

@@ -205,6 +205,35 @@ class snapshot {
                                                    scan_use use) const = 0;
   // A cursor over the partitions of `view`, ascending or descending; seek() it to each.
   virtual std::unique_ptr<partition_cursor> cursor(view_id view, bool descending, scan_use use) const = 0;
+  // Every position of one partition of `view`: its own (named after the view) and its
+  // named positions ("<view>#...", e.g. an aggregate's changelog position or a windowed
+  // view's stream time), ordered by name. Empty when the partition holds no state.
+  virtual result<std::vector<std::pair<std::string, int64_t>>> view_positions(view_id view,
+                                                                              int32_t partition) const = 0;
+};
+
+// Installs one partition of one view from a copy made elsewhere (a snapshot of another
+// instance's store, DESIGN.md invariant 8). add() the entries in ascending key order,
+// as a partition_iterator gives them (record key without the partition, stored value),
+// then commit() with the positions they reflect. Nothing of the partition changes until
+// commit(); commit() replaces the partition's data and positions: first the old ones are
+// deleted (one atomic write: a crash right after leaves the partition without a position,
+// so ingest rebuilds it from the beginning), then the new data and positions arrive
+// together in one atomic ingestion of SST files. A loader destroyed before commit()
+// leaves no trace. Not thread-safe; the caller must keep every writer off the partition
+// (it is not assigned to this instance yet) until commit() returns.
+class partition_loader {
+ public:
+  virtual ~partition_loader() = default;
+  // Adds one entry; keys must ascend strictly (in byte order). Fails on disk errors and
+  // on a key out of order.
+  virtual status add(std::string_view key, std::string_view value) = 0;
+  // Installs what was added with `positions`: (name, next offset) pairs, each named
+  // after the view or "<view>#...". At least the view's own position is required.
+  virtual status commit(const std::vector<std::pair<std::string, int64_t>>& positions) = 0;
+  virtual uint64_t entries() const = 0;
+  // Bytes of keys and values added.
+  virtual uint64_t bytes() const = 0;
 };
 
 class db {
@@ -256,6 +285,11 @@ class db {
 
   // A consistent read view of everything, taken now.
   std::shared_ptr<const snapshot> read_snapshot() const;
+
+  // A loader that replaces one partition of `view` with entries and positions copied
+  // from elsewhere (see partition_loader). Its files are written under the state
+  // directory, in `bootstrap/`, and moved into the database on commit.
+  result<std::unique_ptr<partition_loader>> load_partition(view_id view, int32_t partition);
 
   result<view_stats> stats(view_id view) const;
   db_stats stats() const;
