@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "bootstrap.h"
 #include "ingest/engine.h"
 #include "ingest/group_secret.h"
 #include "core/guard.h"
@@ -30,6 +31,7 @@
 #include "http/server.h"
 #include "server/problem.h"
 #include "server/state_metrics.h"
+#include "snapshots.h"
 #include "openapi_json.h"
 #include "storage/db.h"
 #include "log.h"
@@ -86,6 +88,8 @@ struct app::impl {
   std::unique_ptr<ingest::membership_watcher> watcher;
   std::unique_ptr<http::client> peers;
   std::unique_ptr<ingest::standby_engine> standby;
+  // Copies partitions taken over without their state from other instances (ingest thread).
+  std::unique_ptr<bootstrapper> bootstrap;
   change_notifier notifier;
   std::shared_ptr<peer_secret> secret = std::make_shared<peer_secret>();
   std::atomic<bool> draining{false};
@@ -253,6 +257,7 @@ status app::start() {
   ctx.draining = &i.draining;
   ctx.openapi_json = std::string(openapi_json());
   ctx.limits = i.cfg.query;
+  ctx.snapshots = std::make_shared<snapshot_sender>(*i.db);
   ctx.ui_dir = i.cfg.ui_dir;
   ctx.auth = std::move(auth);
   ctx.open_metrics = i.cfg.auth.open_metrics;
@@ -275,8 +280,13 @@ status app::start() {
   i.cfg.ingest.on_rebalance = [watcher] { watcher->refresh_soon(); };
   // A partition taken over is first released by the standby copy, so the owner resumes
   // exactly where the copy stopped.
-  i.cfg.ingest.before_assign = [standby_slot](const std::vector<std::pair<std::string, int32_t>>& parts) {
+  // Then what is still missing is copied from an instance that holds it, if one does.
+  i.bootstrap = std::make_unique<bootstrapper>(i.cfg.bootstrap, i.cfg.views, *i.db, i.membership, *i.peers, i.secret,
+                                               i.cfg.advertised_endpoint, i.draining, i.metrics.get());
+  i.cfg.ingest.before_assign = [standby_slot,
+                                boot = i.bootstrap.get()](const std::vector<std::pair<std::string, int32_t>>& parts) {
     if (*standby_slot) (*standby_slot)->release(parts);
+    boot->run(parts);
   };
   i.cfg.ingest.after_revoke = [standby_slot](const std::vector<std::pair<std::string, int32_t>>& parts) {
     if (*standby_slot) (*standby_slot)->give_back(parts);
@@ -392,6 +402,7 @@ void app::stop() {
   }
   i.queries.reset();
   i.ingest.reset();
+  i.bootstrap.reset();
   i.db.reset();
 }
 

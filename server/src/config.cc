@@ -302,10 +302,10 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
 app_config parse(const YAML::Node& root) {
   app_config c;
   if (!root || root.IsNull()) fail("", "the configuration is empty");
-  check_keys(
-      root, "",
-      {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest", "rocksdb", "kafka",
-       "views", "query", "standby_replicas", "auth", "processing_guarantee", "peer_secret_file", "max_json_depth"});
+  check_keys(root, "",
+             {"application_id", "bootstrap_servers", "state_dir", "advertised_endpoint", "http", "ingest", "rocksdb",
+              "kafka", "views", "query", "standby_replicas", "auth", "processing_guarantee", "peer_secret_file",
+              "max_json_depth", "peer_bootstrap"});
   if (root["peer_secret_file"]) c.peer_secret_file = get_string(root["peer_secret_file"], "peer_secret_file");
   if (root["max_json_depth"]) {
     // One bound for everything JSON: ingest validation and aggregates, and the API.
@@ -321,6 +321,28 @@ app_config parse(const YAML::Node& root) {
   }
   if (root["standby_replicas"])
     c.standby_replicas = get_number<int>(root["standby_replicas"], "standby_replicas", 0, 9);
+  if (auto b = root["peer_bootstrap"]) {
+    check_keys(b, "peer_bootstrap", {"enabled", "min_offsets", "timeout_ms", "page_timeout_ms"});
+    if (b["enabled"]) {
+      bool ok = b["enabled"].IsScalar();
+      if (ok) {
+        try {
+          c.bootstrap.enabled = b["enabled"].as<bool>();
+        } catch (const YAML::Exception&) {
+          ok = false;
+        }
+      }
+      if (!ok) fail("peer_bootstrap.enabled", "must be true or false");
+    }
+    if (b["min_offsets"])
+      c.bootstrap.min_offsets = get_number<int64_t>(b["min_offsets"], "peer_bootstrap.min_offsets", 0, INT64_MAX);
+    if (b["timeout_ms"])
+      c.bootstrap.timeout =
+          std::chrono::milliseconds(get_number<int64_t>(b["timeout_ms"], "peer_bootstrap.timeout_ms", 100, 3'600'000));
+    if (b["page_timeout_ms"])
+      c.bootstrap.page_timeout = std::chrono::milliseconds(
+          get_number<int64_t>(b["page_timeout_ms"], "peer_bootstrap.page_timeout_ms", 100, 3'600'000));
+  }
   if (!root["application_id"]) fail("application_id", "is required");
   c.application_id = get_string(root["application_id"], "application_id");
   if (!std::regex_match(c.application_id, name_pattern()))
@@ -554,7 +576,8 @@ const std::set<std::string>& top_level_keys() {
                                           "auth",
                                           "processing_guarantee",
                                           "peer_secret_file",
-                                          "max_json_depth"};
+                                          "max_json_depth",
+                                          "peer_bootstrap"};
   return keys;
 }
 

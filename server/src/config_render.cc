@@ -27,6 +27,10 @@ std::string render_config(const app_config& c) {
   e << YAML::Key << "standby_replicas" << YAML::Value << c.standby_replicas;
   if (!c.peer_secret_file.empty()) e << YAML::Key << "peer_secret_file" << YAML::Value << c.peer_secret_file;
   e << YAML::Key << "max_json_depth" << YAML::Value << c.ingest.max_json_depth;
+  e << YAML::Key << "peer_bootstrap" << YAML::Value << YAML::BeginMap << YAML::Key << "enabled" << YAML::Value
+    << c.bootstrap.enabled << YAML::Key << "min_offsets" << YAML::Value << c.bootstrap.min_offsets << YAML::Key
+    << "timeout_ms" << YAML::Value << c.bootstrap.timeout.count() << YAML::Key << "page_timeout_ms" << YAML::Value
+    << c.bootstrap.page_timeout.count() << YAML::EndMap;
   e << YAML::Key << "processing_guarantee" << YAML::Value << (c.ingest.exactly_once ? "exactly_once" : "at_least_once");
   e << YAML::Key << "http" << YAML::Value << YAML::BeginMap << YAML::Key << "listen" << YAML::Value
     << (c.http.listen_address + ":" + std::to_string(c.http.port)) << YAML::Key << "threads" << YAML::Value

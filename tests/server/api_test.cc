@@ -21,6 +21,8 @@
 #include <thread>
 #include <tuple>
 
+#include <xxhash.h>
+
 #include "core/value_codec.h"
 #include "core/window.h"
 #include "http/client.h"
@@ -31,6 +33,7 @@
 #include "query/freshness.h"
 #include "query/key_format.h"
 #include "api/peer_auth.h"
+#include "snapshots.h"
 #include "server/api.h"
 #include "server/auth.h"
 #include "storage/db.h"
@@ -530,6 +533,92 @@ TEST_CASE("internal dialect: hop requests must be signed, internal parameters ar
   auto hop = n.get("/v1/stores/s/count", {{"X-Kstate-Hop", "1"}});
   CHECK(hop.status == 401);
   CHECK(hop.body_json()["error_code"] == 40102);
+}
+
+TEST_CASE("partition copies: only signed peers reach them; pages hold the partition, the last its count and checksum") {
+  const std::string secret = "0123456789abcdef-the-group-secret";
+  node n;
+  server::snapshot_sender_limits limits;
+  limits.page_bytes = 1000;  // many pages
+  limits.max_sessions = 1;
+  n.ctx.snapshots = std::make_shared<server::snapshot_sender>(*n.db, limits);
+  n.serve(secret);
+  std::map<std::string, std::string> model;  // partition 1's keys and their stored values
+  for (int i = 0; i < 300; ++i) {
+    auto k = key_text(i);
+    int32_t p = partition_of(k);
+    int64_t off = n.next[p];
+    n.put(k, value_of(i));
+    if (p == 1) model[k] = frame_value(off, value_of(i));
+  }
+  REQUIRE(model.size() > 30);
+  const server::api::peer_signer signer(secret);
+  auto peer = [&](const std::string& method, const std::string& target) {
+    return n.call(method, target, {},
+                  {{"X-Kstate-Hop", "1"}, {"X-Kstate-Peer", signer.sign(method, target, "", signer.now_ms())}});
+  };
+  const std::string base = "/v1/stores/s/partitions/1/snapshot";
+
+  // To a client the routes do not exist.
+  CHECK(n.get(base).status == 404);
+  CHECK(n.call("POST", base).status == 404);
+  CHECK(n.get("/v1/stores/s/partitions/1/snapshot", {{"X-Kstate-Hop", "1"}}).status == 401);
+
+  auto probe = peer("GET", base);
+  REQUIRE(probe.status == 200);
+  CHECK(probe.body_json()["positions"] == json::array({{{"name", "s"}, {"offset", n.next[1]}}}));
+  CHECK(peer("GET", "/v1/stores/s/partitions/x/snapshot").status == 400);
+  CHECK(peer("GET", "/v1/stores/nope/partitions/1/snapshot").status == 404);
+
+  auto opened = peer("POST", base);
+  REQUIRE(opened.status == 200);
+  const auto session = opened.body_json()["session"].get<std::string>();
+  CHECK(opened.body_json()["positions"] == probe.body_json()["positions"]);
+  // One copy at a time here: a second is refused while the first is being sent.
+  CHECK(peer("POST", base).status == 503);
+  // Written after the copy was opened: not in it.
+  n.put("written-later", value_of(1));
+
+  std::map<std::string, std::string> got;
+  std::vector<std::string> order;
+  uint64_t hash = 0;
+  XXH64_state_t* h = XXH64_createState();
+  XXH64_reset(h, 0);
+  std::string last_body;
+  for (uint64_t page = 0;; ++page) {
+    auto a = peer("GET", base + "?session=" + session + "&page=" + std::to_string(page));
+    REQUIRE(a.status == 200);
+    CHECK(a.content_type == "application/vnd.kstate.snapshot");
+    uint64_t frames = 0;
+    REQUIRE(server::for_each_snapshot_frame(a.body, [&](std::string_view k, std::string_view v) {
+              ++frames;
+              got.emplace(std::string(k), std::string(v));
+              order.emplace_back(k);
+              return status::ok_status();
+            }).ok());
+    CHECK(a.header("X-Kstate-Snapshot-Entries") == std::to_string(frames));
+    XXH64_update(h, a.body.data(), a.body.size());
+    if (page > 0) {
+      // Only the next page, or the last one again (a retried request).
+      CHECK(peer("GET", base + "?session=" + session + "&page=" + std::to_string(page - 1)).status == 400);
+      CHECK(peer("GET", base + "?session=" + session + "&page=" + std::to_string(page)).body == a.body);
+    }
+    if (a.header("X-Kstate-Snapshot-Last")) {
+      hash = XXH64_digest(h);
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+      CHECK(a.header("X-Kstate-Snapshot-Digest") == std::string(hex));
+      CHECK(a.header("X-Kstate-Snapshot-Total") == std::to_string(model.size()));
+      CHECK(page >= 2);  // several pages
+      break;
+    }
+  }
+  XXH64_freeState(h);
+  CHECK(got == model);
+  CHECK(std::is_sorted(order.begin(), order.end()));
+  // The copy was sent whole: room for the next one.
+  CHECK(peer("POST", base).status == 200);
+  CHECK(peer("GET", base + "?session=nosuchsession&page=0").status == 404);
 }
 
 TEST_CASE("internal parameters: partitions must be distinct partitions of the topic") {

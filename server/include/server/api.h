@@ -39,6 +39,7 @@ class client;
 namespace kstate::server {
 
 class token_authenticator;
+class snapshot_sender;
 
 // The `query:` section of the configuration: limits of what one request may ask.
 struct api_config {
@@ -119,6 +120,9 @@ struct api_context {
   std::shared_ptr<const token_authenticator> auth;
   bool open_metrics = false;
   api_config limits;
+  // Sends copies of this instance's partitions to instances taking them over (internal
+  // routes); null: none are sent.
+  std::shared_ptr<snapshot_sender> snapshots;
 };
 
 // One route: method and path template, e.g. GET /v1/stores/{store}/keys/{key}.

@@ -26,6 +26,22 @@ struct auth_config {
   bool open_metrics = false;
 };
 
+// Partitions taken over without their state are copied from another instance of the
+// group that holds them (the `peer_bootstrap:` section, docs/cluster.md#bootstrap-from-peers).
+struct bootstrap_config {
+  // Copy partitions from other instances at all.
+  bool enabled = true;
+  // A partition is copied when this instance holds none of its state, or when another
+  // instance's copy is at least this many offsets ahead of it; closer than that, Kafka
+  // is read instead.
+  int64_t min_offsets = 10'000;
+  // Longest time all the copies of one assignment may take together; partitions not
+  // copied by then are rebuilt from Kafka. Keep it well below max.poll.interval.ms.
+  std::chrono::milliseconds timeout{120'000};
+  // Longest wait for one page of a copy.
+  std::chrono::milliseconds page_timeout{30'000};
+};
+
 struct app_config {
   // Consumer group id, and prefix of the topics kstate creates. Required.
   std::string application_id;
@@ -48,6 +64,7 @@ struct app_config {
   // and parts (http.peer_connections). Below the number of requests forwarded at once,
   // connections would be opened and closed at the rate of requests.
   std::size_t peer_connections = 64;
+  bootstrap_config bootstrap;
 
   // Directory of the built dashboard (web/dist), served at /ui/. Empty: no dashboard.
   std::string ui_dir;

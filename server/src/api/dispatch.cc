@@ -161,6 +161,8 @@ void dispatcher::handle(const http::request& req, http::responder reply) {
                             req.path));
     c.from_peer = true;
   }
+  if (r.need == access::peer && !c.from_peer)
+    return finish(problem(failure_reason::route_not_found, "no route for " + req.method + " " + req.path, req.path));
   // A peer's request was authorized by the instance that received it from the client.
   if (!c.from_peer)
     if (auto denied = authorize(st, req, r, c.store, c.who)) return finish(std::move(*denied));
@@ -321,7 +323,8 @@ void dispatcher::run_gather(const call& c, gather_plan plan, const finish_fn& fi
 
 std::vector<route_info> api_routes_impl() {
   std::vector<route_info> out;
-  for (const auto& r : routes()) out.push_back({r.method, r.path_template(), {r.params.begin(), r.params.end()}});
+  for (const auto& r : routes())
+    if (r.need != access::peer) out.push_back({r.method, r.path_template(), {r.params.begin(), r.params.end()}});
   return out;
 }
 

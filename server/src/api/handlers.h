@@ -25,4 +25,8 @@ outcome range(const state&, const call&);
 outcome windows_range(const state&, const call&);
 outcome count(const state&, const call&);
 
+// snapshots.cc: copies of a partition sent to another instance (internal routes)
+outcome snapshot_get(const state&, const call&);
+outcome snapshot_open(const state&, const call&);
+
 }  // namespace kstate::server::api

@@ -50,6 +50,20 @@ const std::vector<route>& routes() {
        false,
        &windows_range},
       {"GET", {"v1", "cluster"}, {"scope"}, {}, false, &cluster, access::cluster},
+      {"GET",
+       {"v1", "stores", "{store}", "partitions", "{key}", "snapshot"},
+       {},
+       {"session", "page"},
+       false,
+       &snapshot_get,
+       access::peer},
+      {"POST",
+       {"v1", "stores", "{store}", "partitions", "{key}", "snapshot"},
+       {},
+       {},
+       false,
+       &snapshot_open,
+       access::peer},
   };
   return r;
 }
@@ -102,6 +116,7 @@ std::optional<http::response> authorize(const state& st, const http::request& re
       allowed = who->scopes.metrics;
       what = "metrics";
       break;
+    case access::peer: what = "internal routes"; break;  // never a client's (dispatch refuses them first)
   }
   if (allowed) return std::nullopt;
   // The token's name (never the token) says whose request was refused.

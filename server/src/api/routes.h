@@ -21,6 +21,7 @@ enum class access {
   store,      // a token whose stores scope covers the {store} in the path
   cluster,    // a token with the cluster scope
   metrics,    // a token with the metrics scope, unless auth.metrics is "open"
+  peer,       // only another instance of the group (a signed request); not in the public API
 };
 
 struct route {
