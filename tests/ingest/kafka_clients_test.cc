@@ -58,6 +58,8 @@ TEST_CASE("the engine's consumer: memory defaults the user may change, group pro
                {"queued.max.messages.kbytes", "16384"},
                {"fetch.max.bytes", "1000000"},
                {"receive.message.max.bytes", "9437184"},
+               {"session.timeout.ms", "10000"},
+               {"heartbeat.interval.ms", "500"},
                {"socket.timeout.ms", "12345"},
                {"bootstrap.servers", "127.0.0.1:1"},
                {"client.id", "kst"},
@@ -108,7 +110,7 @@ TEST_CASE("the readers that only assign: restore and group secret consumers") {
       {"isolation.level", "read_committed"}, {"enable.auto.commit", "false"}, {"enable.partition.eof", "true"},
       {"auto.offset.reset", earliest},       {"fetch.max.bytes", "1000000"},  {"socket.timeout.ms", "12345"}};
   auto restore = reader;
-  restore.insert({{"client.id", "kst-restore"}, {"group.id", "app-restore"}});
+  restore.insert({{"client.id", "kst-restore"}, {"group.id", "app-restore"}, {"fetch.wait.max.ms", "10"}});
   check_props(cfg, ki::restore_consumer_spec(cfg), restore);
   auto secret = reader;
   secret.insert({{"client.id", "kst-secret"}, {"group.id", "app.secret"}});
