@@ -100,7 +100,10 @@ status agg_pipeline::start(rd_kafka_t* consumer, std::set<std::string>& subscrib
   return status::ok_status();
 }
 
-void agg_pipeline::forget(const std::string& topic, int32_t partition) {
+status agg_pipeline::forget(const std::string& topic, int32_t partition) {
+  std::erase_if(planned_, [&](const planned& p) { return p.topic == topic && p.partition == partition; });
+  if (active_ && active_->plan.topic == topic && active_->plan.partition == partition)
+    if (auto s = end_restore(false); !s.ok()) return s;
   if (auto it = stage2_.find(topic); it != stage2_.end())
     for (size_t idx : it->second) {
       stream_time_.erase({idx, partition});
@@ -108,6 +111,7 @@ void agg_pipeline::forget(const std::string& topic, int32_t partition) {
     }
   committed_.erase({topic, partition});
   consumed_.erase({topic, partition});
+  return status::ok_status();
 }
 
 void agg_pipeline::begin_if_needed() {

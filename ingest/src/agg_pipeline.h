@@ -15,6 +15,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -73,14 +74,23 @@ class agg_pipeline {
   // the beginning): the group's committed offset, which the transactions move with
   // the outputs. Notes which stores must catch up from their changelog first.
   result<std::optional<int64_t>> plan_assign(const std::string& topic, int32_t partition);
-  // Rebalance, step 2 (after the partitions are in the ownership registry): applies
-  // the planned changelog tails to the local stores. Gives up as soon as `running` is
-  // false (a stop), with what it applied written: the next start resumes the restore
-  // there. True when every planned restore completed, false when a stop cut it short.
-  result<bool> restore_planned(const std::atomic<bool>& running);
-  size_t planned_count() const { return planned_.size(); }
-  // The partition was revoked (after the last batch was committed).
-  void forget(const std::string& topic, int32_t partition);
+  // Step 2, between polls (the input partitions concerned are assigned and paused, so
+  // the group sees this member poll however long a restore takes): applies the planned
+  // changelog tails to the local stores for about `budget`, progress durable every
+  // 10,000 records. Returns the input partitions whose every planned restore completed
+  // in this call: they may be consumed from now on. A stop (`running` false) ends it
+  // with what was applied written; the next start resumes there.
+  result<std::vector<std::pair<std::string, int32_t>>> restore_some(std::chrono::milliseconds budget,
+                                                                    const std::atomic<bool>& running);
+  // Ends a restore in progress as a stop does: what it applied is written with the
+  // changelog position it reached, and the next start goes on from there.
+  status stop_restore();
+  // Input partitions with a planned or running restore.
+  size_t planned_count() const { return planned_.size() + (active_ ? 1 : 0); }
+  bool restoring(const std::string& topic, int32_t partition) const;
+  // The partition was revoked (after the last batch was committed): a restore of it in
+  // progress stops with what it applied written, and the planned ones are dropped.
+  status forget(const std::string& topic, int32_t partition);
 
   // Applies one consumed record of a handled topic (stage 1 and/or 2). An error (the
   // stored aggregate could not be read) leaves the batch unusable: the engine stops.
@@ -142,10 +152,15 @@ class agg_pipeline {
   // writes the changelog record; false when the view rejected the record.
   result<bool> fold(view_state& v, const record& r, const std::string& key, int64_t timestamp);
   outcome abort_and_rewind(std::string& error, const std::string& why);
-  // Changelog restore (agg_restore.cc, with plan_assign and restore_planned).
-  // True when complete, false when `running` turned false first (progress written).
-  result<bool> restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume,
-                       const std::atomic<bool>& running);
+  // Changelog restore (agg_restore.cc, with plan_assign and restore_some).
+  struct planned;
+  struct active_restore;
+  status begin_restore(const planned& p);
+  // Writes the running restore's batch with the changelog position (and stream time) it
+  // reached; `done` adds the input position and ends it.
+  status checkpoint_restore(bool done);
+  // Ends the running restore before its end (a stop, or its partition revoked).
+  status end_restore(bool stopping);
 
   const ingest_config& cfg_;
   std::vector<view_state> views_;
@@ -182,14 +197,29 @@ class agg_pipeline {
   // Delivery results of the current batch (producer callbacks, ingest thread).
   std::map<std::pair<std::string, int32_t>, int64_t> delivered_end_;  // changelog partition -> last offset + 1
   rd_kafka_resp_err_t delivery_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
-  // Planned restores: (view index, partition, from changelog offset, input resume).
+  // Planned restores: (view index, input topic and partition, from changelog offset,
+  // input resume).
   struct planned {
     size_t view;
+    std::string topic;
     int32_t partition;
     int64_t from;
     std::optional<int64_t> resume;
   };
-  std::vector<planned> planned_;
+  std::deque<planned> planned_;
+  // The restore in progress, carried over from one restore_some() to the next.
+  struct active_restore {
+    active_restore(planned p, storage::write_batch b) : plan(std::move(p)), batch(std::move(b)) {}
+    planned plan;
+    int64_t from = 0;  // first changelog offset read
+    int64_t high = 0;  // end of the changelog partition when the restore began
+    int64_t end = 0;   // next changelog offset to read
+    uint64_t applied = 0;
+    int64_t stream_time = -1;
+    storage::write_batch batch;
+    std::chrono::steady_clock::time_point started;
+  };
+  std::optional<active_restore> active_;
   std::atomic<uint64_t> restored_total_{0};
   std::atomic<uint64_t> late_total_{0};
   // Windowed views: stream time (largest event time seen) per (view index, partition),

@@ -66,7 +66,7 @@ result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topi
       log()->info("{}-{}: store {} is at input {} (committed {}): catching up from changelog {}-{} at {}", topic,
                   partition, v.def->name, local_input ? std::to_string(*local_input) : std::string("none"), *committed,
                   v.def->changelog_topic, partition, from);
-      planned_.push_back(planned{idx, partition, from, committed});
+      planned_.push_back(planned{idx, topic, partition, from, committed});
     }
   }
   auto key = std::make_pair(topic, partition);
@@ -74,61 +74,127 @@ result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topi
   return resume;
 }
 
-result<bool> agg_pipeline::restore_planned(const std::atomic<bool>& running) {
-  auto plans = std::move(planned_);
-  planned_.clear();
-  for (const auto& p : plans) {
-    auto done = restore(views_[p.view], p.partition, p.from, p.resume, running);
-    if (!done.ok() || !*done) return done;
-  }
-  return true;
+bool agg_pipeline::restoring(const std::string& topic, int32_t partition) const {
+  if (active_ && active_->plan.topic == topic && active_->plan.partition == partition) return true;
+  for (const auto& p : planned_)
+    if (p.topic == topic && p.partition == partition) return true;
+  return false;
 }
 
-result<bool> agg_pipeline::restore(view_state& v, int32_t partition, int64_t from, std::optional<int64_t> input_resume,
-                                   const std::atomic<bool>& running) {
+status agg_pipeline::begin_restore(const planned& p) {
+  auto& v = views_[p.view];
   const auto& def = *v.def;
   const auto& cl = def.changelog_topic;
-  auto started = std::chrono::steady_clock::now();
+  active_.emplace(p, db_.new_batch());
+  auto& a = *active_;
+  a.started = std::chrono::steady_clock::now();
   int64_t low = 0, high = 0;
   // With isolation.level=read_committed the high mark is the last stable offset.
-  auto werr = rd_kafka_query_watermark_offsets(restorer_, cl.c_str(), partition, &low, &high, 10'000);
+  auto werr = rd_kafka_query_watermark_offsets(restorer_, cl.c_str(), p.partition, &low, &high, 10'000);
   if (werr)
-    return status::unavailable("watermarks of " + cl + "-" + std::to_string(partition) + ": " + rd_kafka_err2str(werr));
-  from = std::max(from, low);
-  int64_t total = std::max<int64_t>(0, high - from);
-  ownership_.update_restore(def.topic, partition, 0, total);
-  uint64_t applied = 0;
-  int64_t end = from;
-  auto batch = db_.new_batch();
-  const size_t idx = static_cast<size_t>(&v - views_.data());
-  int64_t stream_time = -1;
+    return status::unavailable("watermarks of " + cl + "-" + std::to_string(p.partition) + ": " +
+                               rd_kafka_err2str(werr));
+  a.from = a.end = std::max(p.from, low);
+  a.high = high;
+  ownership_.update_restore(def.topic, p.partition, 0, std::max<int64_t>(0, high - a.from));
   if (def.windowed()) {
-    auto st = db_.stored_named_position(stream_time_name(def), partition);
+    auto st = db_.stored_named_position(stream_time_name(def), p.partition);
     if (!st.ok()) return st.error();
-    stream_time = st.value().value_or(-1);
+    a.stream_time = st.value().value_or(-1);
   }
-  if (from < high) {
+  if (a.from < a.high) {
     tpl_ptr list(rd_kafka_topic_partition_list_new(1));
-    rd_kafka_topic_partition_list_add(list.get(), cl.c_str(), partition)->offset = from;
+    rd_kafka_topic_partition_list_add(list.get(), cl.c_str(), p.partition)->offset = a.from;
     if (auto e = rd_kafka_assign(restorer_, list.get()))
       return status::unavailable("assigning " + cl + ": " + rd_kafka_err2str(e));
-    for (;;) {
-      if (!running) {
-        // A stop: what was applied stays, with the changelog position it reached (the
-        // input position is not written, so the next start restores the rest).
-        batch.set_named_position(changelog_position_name(def), partition, end);
-        if (def.windowed()) batch.set_named_position(stream_time_name(def), partition, stream_time);
-        if (auto s = db_.write(batch); !s.ok()) return s;
-        if (auto e = rd_kafka_assign(restorer_, nullptr)) log()->warn("unassigning {}: {}", cl, rd_kafka_err2str(e));
-        log()->info("stopping: restore of {}-{} into store {} left at offset {} of {}", cl, partition, def.name, end,
-                    high);
-        return false;
+  }
+  return status::ok_status();
+}
+
+status agg_pipeline::checkpoint_restore(bool done) {
+  auto& a = *active_;
+  const size_t idx = a.plan.view;
+  const auto& def = *views_[idx].def;
+  a.batch.set_named_position(changelog_position_name(def), a.plan.partition, a.end);
+  if (def.windowed()) a.batch.set_named_position(stream_time_name(def), a.plan.partition, a.stream_time);
+  if (done && a.plan.resume) a.batch.set_position(views_[idx].id, a.plan.partition, *a.plan.resume);
+  if (auto s = db_.write(a.batch); !s.ok()) return s;
+  a.batch.clear();
+  ownership_.update_restore(def.topic, a.plan.partition, a.end - a.from, std::max<int64_t>(0, a.high - a.from));
+  if (!done) return status::ok_status();
+  if (def.windowed())
+    stream_time_[{idx, a.plan.partition}] = stream_time_committed_[{idx, a.plan.partition}] = a.stream_time;
+  if (a.from < a.high)
+    if (auto e = rd_kafka_assign(restorer_, nullptr))
+      log()->warn("unassigning {}: {}", def.changelog_topic, rd_kafka_err2str(e));
+  restored_total_ += a.applied;
+  if (m_restored_)
+    m_restored_->Add({{"store", def.name}, {"partition", std::to_string(a.plan.partition)}})
+        .Increment(static_cast<double>(a.applied));
+  log()->info(
+      "restored {} records of {}-{} (offsets {}..{}) into store {} in {} ms; input resumes at {}", a.applied,
+      def.changelog_topic, a.plan.partition, a.from, a.end, def.name,
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - a.started).count(),
+      a.plan.resume ? std::to_string(*a.plan.resume) : std::string("the beginning"));
+  active_.reset();
+  return status::ok_status();
+}
+
+status agg_pipeline::end_restore(bool stopping) {
+  auto& a = *active_;
+  const auto& def = *views_[a.plan.view].def;
+  const auto& cl = def.changelog_topic;
+  // What was applied stays, with the changelog position it reached (the input
+  // position is not written, so the next owner, or the next start, restores the rest).
+  if (auto s = checkpoint_restore(false); !s.ok()) return s;
+  if (a.from < a.high)
+    if (auto e = rd_kafka_assign(restorer_, nullptr)) log()->warn("unassigning {}: {}", cl, rd_kafka_err2str(e));
+  log()->info("{}: restore of {}-{} into store {} left at offset {} of {}", stopping ? "stopping" : "revoked", cl,
+              a.plan.partition, def.name, a.end, a.high);
+  active_.reset();
+  return status::ok_status();
+}
+
+status agg_pipeline::stop_restore() {
+  planned_.clear();
+  return active_ ? end_restore(true) : status::ok_status();
+}
+
+result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(std::chrono::milliseconds budget,
+                                                                                const std::atomic<bool>& running) {
+  std::vector<std::pair<std::string, int32_t>> completed;
+  const auto until = std::chrono::steady_clock::now() + budget;
+  while (active_ || !planned_.empty()) {
+    if (!active_) {
+      auto p = std::move(planned_.front());
+      planned_.pop_front();
+      if (auto s = begin_restore(p); !s.ok()) return s;
+    }
+    auto& a = *active_;
+    const auto& def = *views_[a.plan.view].def;
+    const auto& cl = def.changelog_topic;
+    if (!running) {
+      if (auto s = stop_restore(); !s.ok()) return s;
+      return completed;
+    }
+    bool at_end = a.end >= a.high;
+    while (!at_end && std::chrono::steady_clock::now() < until && running) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(restorer_, 20);
+      if (!m) {
+        // Past the last record only transaction markers may remain, which deliver
+        // nothing: the consumer's position passing the end says the restore is complete.
+        tpl_ptr at(rd_kafka_topic_partition_list_new(1));
+        rd_kafka_topic_partition_list_add(at.get(), cl.c_str(), a.plan.partition);
+        if (rd_kafka_position(restorer_, at.get()) == RD_KAFKA_RESP_ERR_NO_ERROR && at->elems[0].offset >= a.high) {
+          a.end = std::max(a.end, at->elems[0].offset);
+          at_end = true;
+        }
+        continue;
       }
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(restorer_, 100);
-      if (!m) continue;
       if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-        end = std::max(end, m->offset);
+        a.end = std::max(a.end, m->offset);
         rd_kafka_message_destroy(m);
+        at_end = true;
         break;
       }
       if (m->err) {
@@ -136,7 +202,7 @@ result<bool> agg_pipeline::restore(view_state& v, int32_t partition, int64_t fro
         bool fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
         rd_kafka_message_destroy(m);
         if (fatal) return status::unavailable("restoring " + cl + ": " + why);
-        log()->warn("restoring {}-{}: {}", cl, partition, why);
+        log()->warn("restoring {}-{}: {}", cl, a.plan.partition, why);
         continue;
       }
       int64_t framed_offset = m->offset;
@@ -150,40 +216,34 @@ result<bool> agg_pipeline::restore(view_state& v, int32_t partition, int64_t fro
       std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
       // A windowed changelog record carries the event time of its update; the largest
       // is the partition's stream time.
-      if (def.windowed()) stream_time = std::max(stream_time, rd_kafka_message_timestamp(m, nullptr));
+      if (def.windowed()) a.stream_time = std::max(a.stream_time, rd_kafka_message_timestamp(m, nullptr));
       if (m->payload)
-        batch.put(v.id, partition, key, frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
-      else batch.del(v.id, partition, key);
-      end = m->offset + 1;
-      ++applied;
+        a.batch.put(views_[a.plan.view].id, a.plan.partition, key,
+                    frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
+      else a.batch.del(views_[a.plan.view].id, a.plan.partition, key);
+      a.end = m->offset + 1;
+      ++a.applied;
       rd_kafka_message_destroy(m);
-      if (applied % 10'000 == 0) {
-        // Progress is durable in steps: a crash mid-restore resumes from here.
-        batch.set_named_position(changelog_position_name(def), partition, end);
-        if (auto s = db_.write(batch); !s.ok()) return s;
-        batch.clear();
-        ownership_.update_restore(def.topic, partition, end - from, total);
-      }
+      // At the end known when the restore began: done, without waiting for the
+      // end-of-partition event (up to a fetch wait later). A tail of transaction markers
+      // delivers no record: the end-of-partition event ends those.
+      if (a.end >= a.high) at_end = true;
+      // Progress is durable in steps: a crash mid-restore resumes from here.
+      if (a.applied % 10'000 == 0)
+        if (auto s = checkpoint_restore(false); !s.ok()) return s;
     }
-    if (auto e = rd_kafka_assign(restorer_, nullptr)) log()->warn("unassigning {}: {}", cl, rd_kafka_err2str(e));
+    if (!at_end) {
+      if (!running)
+        if (auto s = stop_restore(); !s.ok()) return s;
+      return completed;  // out of time: the next call goes on
+    }
+    auto topic = a.plan.topic;
+    auto partition = a.plan.partition;
+    if (auto s = checkpoint_restore(true); !s.ok()) return s;
+    if (!restoring(topic, partition)) completed.emplace_back(std::move(topic), partition);
+    if (std::chrono::steady_clock::now() >= until) break;
   }
-  batch.set_named_position(changelog_position_name(def), partition, end);
-  if (def.windowed()) {
-    batch.set_named_position(stream_time_name(def), partition, stream_time);
-    stream_time_[{idx, partition}] = stream_time_committed_[{idx, partition}] = stream_time;
-  }
-  if (input_resume) batch.set_position(v.id, partition, *input_resume);
-  if (auto s = db_.write(batch); !s.ok()) return s;
-  ownership_.update_restore(def.topic, partition, end - from, total);
-  restored_total_ += applied;
-  if (m_restored_)
-    m_restored_->Add({{"store", def.name}, {"partition", std::to_string(partition)}})
-        .Increment(static_cast<double>(applied));
-  log()->info("restored {} records of {}-{} (offsets {}..{}) into store {} in {} ms; input resumes at {}", applied, cl,
-              partition, from, end, def.name,
-              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count(),
-              input_resume ? std::to_string(*input_resume) : std::string("the beginning"));
-  return true;
+  return completed;
 }
 
 }  // namespace kstate::ingest

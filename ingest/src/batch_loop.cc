@@ -31,7 +31,8 @@ status run_batch_loop(rd_kafka_t* consumer, batch_builder& builder, const std::a
   while (running) {
     if (hooks.each_turn)
       if (auto s = hooks.each_turn(); !s.ok()) return s;
-    message_ptr m(rd_kafka_consumer_poll(consumer, builder.pending_records() > 0 ? 0 : options.idle_poll_ms));
+    const bool wait = builder.pending_records() == 0 && !(hooks.busy && hooks.busy());
+    message_ptr m(rd_kafka_consumer_poll(consumer, wait ? options.idle_poll_ms : 0));
     const bool idle = !m;
     if (m) {
       if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {

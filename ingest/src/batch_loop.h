@@ -46,6 +46,9 @@ struct batch_loop_hooks {
   std::function<status()> write;
   // A poll returned nothing (before a pending batch is written).
   std::function<void()> idle;
+  // True while the caller has work of its own for each turn (a restore): the poll then
+  // returns at once instead of waiting for records.
+  std::function<bool()> busy;
 };
 
 // Runs while `running` is true, or until a hook fails or the consumer reports a fatal

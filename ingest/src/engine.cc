@@ -54,6 +54,9 @@ struct engine::impl {
   std::vector<std::tuple<std::string, int32_t, int64_t>> ends;
   // The partitions paused because the writer's queue was full (ingest thread).
   tpl_ptr paused{nullptr};
+  // Input partitions of aggregates held (paused) until their stores caught up from their
+  // changelogs, with the offset each resumes at (ingest thread).
+  std::map<std::pair<std::string, int32_t>, int64_t> restore_held;
   // The last batch handed to the writer (ingest thread), and the last it wrote.
   uint64_t last_sequence = 0;
   std::atomic<uint64_t> written_sequence{0};
@@ -254,6 +257,7 @@ struct engine::impl {
             return;
           }
           restoring = agg->planned_count() > planned_before;
+          if (restoring) restore_held[{topic, p.partition}] = agg_resume.value().value_or(0);
           if (!table_views) resume = agg_resume.value();
           else if (!resume || !agg_resume.value()) resume = std::nullopt;
           else resume = std::min(*resume, *agg_resume.value());
@@ -277,19 +281,6 @@ struct engine::impl {
                     resume ? std::to_string(at) : std::string("beginning"), high);
       }
       ownership.assign(added);
-      if (agg) {
-        // Stores behind the committed offsets catch up from their changelogs before
-        // their input is consumed; /readyz shows the progress meanwhile.
-        auto restored = agg->restore_planned(running);
-        if (!restored.ok()) {
-          set_fatal("restoring from changelog: " + restored.error().to_string());
-          return;
-        }
-        stats.restored = agg->restored_records();
-        // A stop interrupted the restore: nothing of these partitions is consumed; the
-        // loop ends and the next start goes on from what was restored.
-        if (!*restored) return;
-      }
       rd_kafka_error_t* e = nullptr;
       rd_kafka_resp_err_t aerr = RD_KAFKA_RESP_ERR_NO_ERROR;
       if (cooperative) e = rd_kafka_incremental_assign(rk, parts);
@@ -299,6 +290,11 @@ struct engine::impl {
         rd_kafka_error_destroy(e);
       }
       if (aerr) set_fatal(std::string("assign: ") + rd_kafka_err2str(aerr));
+      // Stores behind the committed offsets catch up from their changelogs before their
+      // input is consumed: the input stays paused, and the restore runs between polls
+      // (restore_step), never inside this callback, so however long it takes the group
+      // sees this member poll. /readyz shows the progress meanwhile.
+      hold_restoring(rk, parts);
     } else {
       // Write what was consumed for these partitions before releasing them, so the
       // next owner (or this instance later) resumes exactly after it. Once the engine
@@ -314,7 +310,10 @@ struct engine::impl {
         auto& p = parts->elems[i];
         ownership.revoke(p.topic, p.partition);
         builder->forget_partition(p.topic, p.partition);
-        if (agg) agg->forget(p.topic, p.partition);
+        restore_held.erase({p.topic, p.partition});
+        if (agg)
+          if (auto s = agg->forget(p.topic, p.partition); !s.ok())
+            set_fatal("ending the restore of a revoked partition: " + s.to_string());
         {
           std::lock_guard lock(applied_mu);
           applied.erase({p.topic, p.partition});
@@ -506,11 +505,56 @@ struct engine::impl {
     }
   }
 
+  // Pauses the newly assigned input partitions whose stores restore first.
+  void hold_restoring(rd_kafka_t* rk, rd_kafka_topic_partition_list_t* parts) {
+    tpl_ptr hold(rd_kafka_topic_partition_list_new(parts->cnt));
+    for (int i = 0; i < parts->cnt; ++i)
+      if (restore_held.count({parts->elems[i].topic, parts->elems[i].partition}))
+        rd_kafka_topic_partition_list_add(hold.get(), parts->elems[i].topic, parts->elems[i].partition);
+    if (hold->cnt == 0) return;
+    if (auto err = rd_kafka_pause_partitions(rk, hold.get()))
+      set_fatal(std::string("pausing partitions that restore first: ") + rd_kafka_err2str(err));
+  }
+
+  // Runs the changelog restores for a while, between polls; an input partition whose
+  // store caught up is resumed at its committed offset.
+  void restore_step() {
+    if (!agg || restore_held.empty() || failed) return;
+    auto done = agg->restore_some(std::chrono::milliseconds(200), running);
+    stats.restored = agg->restored_records();
+    if (!done.ok()) return set_fatal("restoring from changelog: " + done.error().to_string());
+    if (done->empty()) return;
+    tpl_ptr list(rd_kafka_topic_partition_list_new(static_cast<int>(done->size())));
+    for (const auto& [topic, partition] : *done) {
+      auto it = restore_held.find({topic, partition});
+      if (it == restore_held.end()) continue;
+      rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), partition)->offset = it->second;
+      restore_held.erase(it);
+    }
+    if (list->cnt == 0) return;
+    if (auto err = rd_kafka_resume_partitions(consumer, list.get()))
+      return set_fatal(std::string("resuming restored partitions: ") + rd_kafka_err2str(err));
+    // A resume alone does not wake librdkafka 2.0.2's fetcher; a seek does.
+    if (rd_kafka_error_t* e = rd_kafka_seek_partitions(consumer, list.get(), 0)) {
+      log()->warn("seeking restored partitions: {}", rd_kafka_error_string(e));
+      rd_kafka_error_destroy(e);
+    }
+  }
+
   // Resumes the paused partitions where the consumer stands. The seek matters: in
   // librdkafka 2.0.2 a resume alone does not wake the fetcher, which then sleeps up to
   // a second; a seek does.
   void resume_paused() {
     if (!paused) return;
+    // Partitions that wait for their store's restore stay paused.
+    if (!restore_held.empty()) {
+      tpl_ptr kept(rd_kafka_topic_partition_list_new(paused->cnt));
+      for (int i = 0; i < paused->cnt; ++i)
+        if (!restore_held.count({paused->elems[i].topic, paused->elems[i].partition}))
+          rd_kafka_topic_partition_list_add(kept.get(), paused->elems[i].topic, paused->elems[i].partition)->offset =
+              paused->elems[i].offset;
+      paused = std::move(kept);
+    }
     if (auto err = rd_kafka_resume_partitions(consumer, paused.get()))
       log()->warn("resuming fetches: {}", rd_kafka_err2str(err));
     if (rd_kafka_position(consumer, paused.get()) == RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -583,6 +627,7 @@ struct engine::impl {
     hooks.each_turn = [this] {
       if (writer->failed()) return not_written();
       wait_for_writer();
+      restore_step();
       if ((++turns & 1023) == 0) periodic();
       return status::ok_status();
     };
@@ -602,11 +647,16 @@ struct engine::impl {
       return flush() ? status::ok_status() : not_written();
     };
     hooks.write = [this] { return flush() ? status::ok_status() : not_written(); };
+    hooks.busy = [this] { return !restore_held.empty(); };
     hooks.idle = [this] {
       periodic();
       wake_fetcher_if_behind();
     };
     auto s = run_batch_loop(consumer, *builder, running, options, hooks);
+    // A restore cut short by the stop: what it applied is written, and the next start
+    // goes on from there.
+    if (agg)
+      if (auto r = agg->stop_restore(); !r.ok()) set_fatal("ending a restore: " + r.to_string());
     // Failures of the hooks were reported where they happened; what is left is the
     // consumer's own fatal error.
     if (!s.ok() && !failed && !abandoned) set_fatal(s.message());

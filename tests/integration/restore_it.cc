@@ -223,3 +223,82 @@ TEST_CASE("SIGTERM during a changelog restore stops it at once; the next start r
   CHECK(wrong == 0);
   CHECK(ks.terminate() == 0);
 }
+
+TEST_CASE("a long changelog restore runs between polls: the group rebalances meanwhile, counts stay exact") {
+  // The broker throttles the restore consumer (a quota on its client id, with small
+  // fetches), so restoring takes seconds. Run inside the rebalance callback, such a
+  // restore kept the member from rejoining: an instance joining meanwhile waited for the
+  // whole restore (or, past max.poll.interval.ms, the restoring member was dropped).
+  auto topic = unique_name("slow-restore");
+  create_topic(topic, 1);
+  std::vector<produced> recs;
+  std::map<std::string, int64_t> counts;
+  for (int i = 0; i < 12'000; ++i) {
+    auto k = "key-" + std::to_string(i % 9'000);
+    recs.push_back({k, "{}"});
+    ++counts[k];
+  }
+  produce(topic, recs);
+  auto app = unique_name("slow-restore-app");
+  auto client = unique_name("slow-restore-client");
+  auto dir = temp_dir("slow-restore");
+  const kstate_process::view view{"counts", topic, "json", "", "string", "kind: count"};
+  kstate_process a(app, {view}, dir + "/a");
+  // Small producer batches: the changelog is many small batches, so the restore takes
+  // many fetches, which the quota below spaces out.
+  a.extra_args({"--set", "ingest.client_id=" + client, "--set", "kafka.batch.size=4096"});
+  a.start();
+  a.wait_ready();
+  REQUIRE(wait_total(a.port(), "counts", 12'000, std::chrono::seconds(120)) == 12'000);
+  REQUIRE(a.terminate() == 0);
+  std::filesystem::remove_all(dir + "/a");
+
+  const std::string entity = "--entity-type clients --entity-name " + client + "-restore";
+  struct quota_guard {
+    std::string entity;
+    ~quota_guard() {
+      sh(std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka java kafka.admin.ConfigCommand --bootstrap-server " +
+         bootstrap() + " --alter --delete-config consumer_byte_rate " + entity + " >/dev/null 2>&1 || true");
+    }
+  } guard{entity};
+  sh(std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka java kafka.admin.ConfigCommand --bootstrap-server " +
+     bootstrap() + " --alter --add-config consumer_byte_rate=20000 " + entity + " >/dev/null");
+  a.extra_args({"--set", "ingest.client_id=" + client, "--set", "kafka.max.partition.fetch.bytes=4096"});
+  a.start();
+  auto log_of_a = [&] {
+    std::ifstream in(a.log_path());
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  REQUIRE(wait_for([&] { return log_of_a().find("catching up from changelog") != std::string::npos; },
+                   std::chrono::seconds(60)));
+  // B joins while A restores: the group settles with both, A still restoring.
+  kstate_process b(app, {view}, dir + "/b");
+  b.start();
+  auto stable_with_both = [&] {
+    auto c = http_client(b.port()).get("/v1/cluster");
+    if (!c || c->status != 200) return false;
+    auto j = c->body_json();
+    return j["group_state"] == "Stable" && j["instances"].size() == 2;
+  };
+  const bool settled = wait_for(stable_with_both, std::chrono::seconds(60));
+  REQUIRE(settled);
+  CHECK_MESSAGE(log_of_a().find("restored 11000 records") == std::string::npos,
+                "the group settled only once A's restore had ended");
+  CHECK(http_client(a.port()).get("/readyz")->status == 503);
+
+  // Then A finishes, and every count is exact through either instance.
+  a.wait_ready(std::chrono::seconds(180));
+  std::smatch m;
+  const auto log = log_of_a();
+  REQUIRE(std::regex_search(log, m, std::regex("into store counts in (\\d+) ms")));
+  MESSAGE("the restore took " << m[1] << " ms");
+  CHECK(log.find("maximum poll interval") == std::string::npos);
+  for (auto* via : {&a, &b}) {
+    auto all = read_store(via->port(), "counts");
+    CHECK(all.size() == counts.size());
+    size_t wrong = 0;
+    for (const auto& [k, n] : counts)
+      if (all[k] != n) ++wrong;
+    CHECK(wrong == 0);
+  }
+}
