@@ -83,8 +83,9 @@ bootstrapper::bootstrapper(bootstrap_config cfg, std::vector<view_def> views, st
   if (metrics) {
     m_copies_ = &prometheus::BuildCounter()
                      .Name("kstate_bootstrap_copies_total")
-                     .Help("Partitions of a store this instance took over and copied from another instance, by "
-                           "result (installed, failed: rebuilt from Kafka instead)")
+                     .Help(
+                         "Partitions of a store this instance took over and copied from another instance, by "
+                         "result (installed, failed: rebuilt from Kafka instead)")
                      .Register(*metrics);
     m_entries_ = &prometheus::BuildCounter()
                       .Name("kstate_bootstrap_entries_total")
@@ -175,8 +176,7 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
   if (opened->status != 200) return fail("the copy was refused with status " + std::to_string(opened->status));
   auto offer = nlohmann::json::parse(opened->body, nullptr, false);
   auto positions = positions_from(offer);
-  if (!positions || !offer.contains("session") || !offer["session"].is_string() ||
-      !own_position(*positions, v.name))
+  if (!positions || !offer.contains("session") || !offer["session"].is_string() || !own_position(*positions, v.name))
     return fail("the offer is malformed");
   const std::string session = offer["session"].get<std::string>();
 

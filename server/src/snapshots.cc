@@ -27,8 +27,8 @@ struct snapshot_sender::session {
   XXH64_state_t* hash = XXH64_createState();
   uint64_t next_page = 0;
   uint64_t total = 0;
-  snapshot_page previous;  // the page last returned, for a retry
-  bool ended = false;      // the last page was made
+  snapshot_page previous;                      // the page last returned, for a retry
+  bool ended = false;                          // the last page was made
   std::chrono::steady_clock::time_point used;  // guarded by snapshot_sender::mu_
 
   session() { XXH64_reset(hash, 0); }

@@ -32,8 +32,9 @@ result<std::vector<std::pair<std::string, int64_t>>> read_view_positions(rocksdb
     auto part = decode_data_key(k.substr(k.size() - 4));
     if (!part || part->partition != partition) continue;
     auto off = decode_offset(std::string_view(it->value().data(), it->value().size()));
-    if (!off) return status::corruption("position record of '" + std::string(name) + "' has " +
-                                        std::to_string(it->value().size()) + " bytes");
+    if (!off)
+      return status::corruption("position record of '" + std::string(name) + "' has " +
+                                std::to_string(it->value().size()) + " bytes");
     out.emplace_back(std::string(name), *off);
   }
   if (auto s = from_rocks(it->status(), "reading positions"); !s.ok()) return s;
@@ -114,9 +115,8 @@ class rocks_partition_loader final : public partition_loader {
     for (const auto& [name, offset] : positions)
       keyed.emplace_back(encode_position_key(name, partition_), encode_offset(offset));
     std::sort(keyed.begin(), keyed.end());
-    if (std::adjacent_find(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
-          return a.first == b.first;
-        }) != keyed.end())
+    if (std::adjacent_find(keyed.begin(), keyed.end(),
+                           [](const auto& a, const auto& b) { return a.first == b.first; }) != keyed.end())
       return status::invalid_argument("a position is given twice");
     rocksdb::SstFileWriter meta_writer(
         rocksdb::EnvOptions(), rocksdb::Options(owner_.rdb->GetDBOptions(), owner_.rdb->GetOptions(owner_.meta)),
@@ -175,9 +175,10 @@ class rocks_partition_loader final : public partition_loader {
 result<std::unique_ptr<partition_loader>> db::load_partition(view_id view, int32_t partition) {
   if (view >= impl_->views.size()) return status::invalid_argument("load_partition: unknown view id");
   if (partition < 0) return status::invalid_argument("load_partition: negative partition");
-  auto loader = std::make_unique<rocks_partition_loader>(
-      load_parts{impl_->rdb.get(), impl_->meta, impl_->views[view], impl_->view_names[view], &impl_->expiry_by_position},
-      view, partition);
+  auto loader =
+      std::make_unique<rocks_partition_loader>(load_parts{impl_->rdb.get(), impl_->meta, impl_->views[view],
+                                                          impl_->view_names[view], &impl_->expiry_by_position},
+                                               view, partition);
   if (auto s = loader->open(impl_->rdb->GetName() + "/bootstrap"); !s.ok()) return s;
   return std::unique_ptr<partition_loader>(std::move(loader));
 }

@@ -201,9 +201,8 @@ void settle(kstate_process& a, kstate_process& b, int partitions, int64_t record
 std::vector<produced> records_for(int keys, int version, size_t pad) {
   std::vector<produced> out;
   for (int k = 0; k < keys; ++k)
-    out.push_back({"key-" + std::to_string(k),
-                   R"({"k":)" + std::to_string(k) + R"(,"v":)" + std::to_string(version) + R"(,"pad":")" +
-                       std::string(pad, 'x') + "\"}"});
+    out.push_back({"key-" + std::to_string(k), R"({"k":)" + std::to_string(k) + R"(,"v":)" + std::to_string(version) +
+                                                   R"(,"pad":")" + std::string(pad, 'x') + "\"}"});
   return out;
 }
 
@@ -299,14 +298,15 @@ TEST_CASE("a copy damaged on the way is refused, and the partition is rebuilt fr
   // A is reached through the proxy: what B copies from it passes there, damaged.
   tampering_proxy proxy;
   proxy.corrupt = true;
-  kstate_process a(app, {{"s", topic}}, dir + "/a",
-                   std::string(boot_yaml) + "advertised_endpoint: http://127.0.0.1:" + std::to_string(proxy.port()) +
-                       "\n");
+  kstate_process a(
+      app, {{"s", topic}}, dir + "/a",
+      std::string(boot_yaml) + "advertised_endpoint: http://127.0.0.1:" + std::to_string(proxy.port()) + "\n");
   proxy.set_target(a.port());
   kstate_process b(app, {{"s", topic}}, dir + "/b", boot_yaml);
   a.start();
   a.wait_ready();
-  for (int i = 0; i < 600 && a.position_sum("s") < keys; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 600 && a.position_sum("s") < keys; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   REQUIRE(a.position_sum("s") == keys);
   b.start();
   settle(a, b, 2, keys);
@@ -337,14 +337,15 @@ TEST_CASE("a receiver killed in the middle of a copy ends with a correct store")
   auto app = unique_name("boot-kill-app");
   tampering_proxy proxy;
   proxy.delay_ms = 1500;
-  kstate_process a(app, {{"s", topic}}, dir + "/a",
-                   std::string(boot_yaml) + "advertised_endpoint: http://127.0.0.1:" + std::to_string(proxy.port()) +
-                       "\n");
+  kstate_process a(
+      app, {{"s", topic}}, dir + "/a",
+      std::string(boot_yaml) + "advertised_endpoint: http://127.0.0.1:" + std::to_string(proxy.port()) + "\n");
   proxy.set_target(a.port());
   kstate_process b(app, {{"s", topic}}, dir + "/b", boot_yaml);
   a.start();
   a.wait_ready();
-  for (int i = 0; i < 600 && a.position_sum("s") < keys; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 600 && a.position_sum("s") < keys; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   REQUIRE(a.position_sum("s") == keys);
   b.start();
   for (int i = 0; i < 1200 && proxy.pages < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -375,14 +376,15 @@ TEST_CASE("a sender killed in the middle of a copy: the receiver rebuilds from K
   auto app = unique_name("boot-sender-app");
   tampering_proxy proxy;
   proxy.delay_ms = 1500;
-  kstate_process a(app, {{"s", topic}}, dir + "/a",
-                   std::string(boot_yaml) + "advertised_endpoint: http://127.0.0.1:" + std::to_string(proxy.port()) +
-                       "\n");
+  kstate_process a(
+      app, {{"s", topic}}, dir + "/a",
+      std::string(boot_yaml) + "advertised_endpoint: http://127.0.0.1:" + std::to_string(proxy.port()) + "\n");
   proxy.set_target(a.port());
   kstate_process b(app, {{"s", topic}}, dir + "/b", boot_yaml);
   a.start();
   a.wait_ready();
-  for (int i = 0; i < 600 && a.position_sum("s") < keys; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 600 && a.position_sum("s") < keys; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   REQUIRE(a.position_sum("s") == keys);
   b.start();
   for (int i = 0; i < 1200 && proxy.pages < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
