@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .common import (ALL, BD, BUILD, ROOT, STORE, TOOLS, TOPIC, Proc, die, free_port, get, load, log, out, out_json,
                      run, wait_until)
-from .systems import Kstate
+from .systems import Kstate, Streams
 
 class Harness:
     def __init__(self, a):
@@ -507,6 +507,97 @@ class Harness:
         finally:
             ka.stop()
             kb.stop()
+
+    # Kafka Streams' ways to move tasks to an instance that joins: at once, restoring there
+    # (KIP-924's StickyTaskAssignor), or its default: a warm-up copy on the newcomer, moved
+    # by the next probing rebalance once caught up (the shortest interval it allows, and
+    # a warm-up for every task at once). Both with kstate's heartbeat interval (0.5 s):
+    # every round of a rebalance waits for a heartbeat, and the figure compares copying
+    # with restoring, not two heartbeat settings.
+    KS_SCALE_OUT = {
+        "sticky": ("task_assignor=org.apache.kafka.streams.processor.assignment.assignors.StickyTaskAssignor",
+                   "heartbeat_ms=500"),
+        "warmup": ("probing_ms=60000", "warmups=100", "heartbeat_ms=500"),
+    }
+
+    def scale_out_time(self, first, second, start_second, local_ok):
+        """Starts `second` beside `first` (which answers every partition), returns the
+        seconds until `second` answers, from its own state, exactly what `first` did for
+        the probe key of half the partitions (its share)."""
+        expected = {}
+        for p, k in self.probes.items():
+            st, body = get(first.port, first.key_path(k))
+            if st != 200:
+                die(f"{first.name}: probe key {k} answers {st} before the scale-out")
+            expected[p] = json.loads(body)
+        t0 = time.monotonic()
+        proc = start_second()
+        share = self.a.partitions // 2
+
+        def ready():
+            n = 0
+            for p, k in self.probes.items():
+                st, body = get(second.port, second.key_path(k), timeout=2)
+                if st == 200 and local_ok(json.loads(body), expected[p]):
+                    n += 1
+            return n >= share
+
+        wait_until(ready, 3600, f"{second.name} to answer its share of the partitions", proc, step=0.05)
+        return time.monotonic() - t0
+
+    def scale_out(self, kst, st):
+        """bootstrap_new_instance_s: a second instance joins a group whose first instance
+        holds the whole table."""
+        def same(got, want):
+            return all(got.get(f) == want.get(f) for f in ("key", "value", "offset", "partition"))
+
+        for rep in range(self.a.empty_repeats):
+            a_state, b_state = self.work / "scale-a", self.work / "scale-b"
+            for d in (a_state, b_state):
+                shutil.rmtree(d, ignore_errors=True)
+            shutil.copytree(kst.state, a_state)
+            app = f"{kst.app_id}-scale{rep}"
+            ka, kb = Kstate(self, "kstate-scale-a"), Kstate(self, "kstate-scale-b")
+            # The copy's positions are where it stands: a new group resumes from them.
+            ka.start(app_id=app, state=a_state, advertised=f"http://127.0.0.1:{ka.port}")
+            try:
+                self.wait_caught_up(ka, "scale-out, first instance")
+                wait_until(lambda: all(get(ka.port, ka.key_path(k))[0] == 200 for k in self.probes.values()), 600,
+                           "kstate (first instance) to answer", ka.proc)
+                b_url = f"http://127.0.0.1:{kb.port}"
+                dt = self.scale_out_time(
+                    ka, kb, lambda: kb.start(app_id=app, state=b_state, advertised=b_url),
+                    lambda got, want: got.get("served_by") == b_url and same(got, want))
+                log(f"kstate scale-out #{rep}: the newcomer answers its partitions after {dt:.2f} s")
+                self.rec("bootstrap_new_instance_s", "kstate", dt)
+            finally:
+                ka.stop()
+                kb.stop()
+
+        for rep in range(self.a.empty_repeats):
+            times = {}
+            for variant, extra in self.KS_SCALE_OUT.items():
+                app = f"{st.app_id}-scale-{variant}{rep}"
+                sa, sb = Streams(self, "streams-scale-a"), Streams(self, "streams-scale-b")
+                for s_ in (sa, sb):
+                    shutil.rmtree(s_.state, ignore_errors=True)
+                sa.start(app_id=app, instance=1, extra=extra)
+                try:
+                    self.wait_caught_up(sa, f"scale-out ({variant}), first instance")
+                    wait_until(lambda: all(get(sa.port, sa.key_path(k))[0] == 200 for k in self.probes.values()),
+                               600, "Kafka Streams (first instance) to answer", sa.proc)
+                    times[variant] = self.scale_out_time(
+                        sa, sb, lambda: sb.start(app_id=app, instance=2, extra=extra), same)
+                    log(f"Kafka Streams scale-out ({variant}) #{rep}: the newcomer answers its partitions after "
+                        f"{times[variant]:.2f} s")
+                finally:
+                    sa.stop()
+                    sb.stop()
+            self.r.setdefault("bootstrap_new_instance_ks_variants", {}).setdefault("sticky", []).append(
+                times["sticky"])
+            self.r["bootstrap_new_instance_ks_variants"].setdefault("warmup", []).append(times["warmup"])
+            # Compared with the faster way.
+            self.rec("bootstrap_new_instance_s", "kafka_streams", min(times.values()))
 
     def cleanup(self):
         for p in list(ALL):

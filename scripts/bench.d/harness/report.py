@@ -39,6 +39,7 @@ ROWS = [
     ("rebuild from empty (records/s)", "restart_empty_rps", "limit"),
     ("  kstate defaults: after SIGTERM (s)", "restart_sigterm_default_s", None),
     ("  kstate defaults: after kill -9 (s)", "restart_sigkill_default_s", None),
+    ("scale-out: newcomer answers (s)", "bootstrap_new_instance_s", None),
     ("RSS steady (MiB)", "rss_mb", None),
     ("RSS peak (MiB)", "rss_peak_mb", None),
 ]

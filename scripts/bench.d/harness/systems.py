@@ -93,7 +93,9 @@ class Streams(System):
     def front_end_port(self, front_end):
         return self.vertx_port if front_end == "vertx" else self.port
 
-    def start(self, app_id=None, guarantee="at_least_once"):
+    def start(self, app_id=None, guarantee="at_least_once", instance=1, extra=()):
+        """`instance`: the group.instance.id suffix (one per instance of a group); `extra`:
+        more key=value arguments of bench.Baseline (task_assignor, probing_ms, warmups)."""
         self.app_id = app_id or self.app_id
         cp = f"{BD / 'streams/target/classes'}:{BD / 'streams/target/lib'}/*"
         cmd = ["java", "-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
@@ -105,7 +107,8 @@ class Streams(System):
                f"state_dir={self.state}", f"port={self.port}", f"vertx_port={self.vertx_port}",
                f"advertised={ADVERTISED}",
                f"partitions={self.h.a.partitions}", "stream_threads=2", "http_threads=4",
-               f"guarantee={guarantee}", f"cache_mb={self.h.cache_mb}", "static_membership=1"]
+               f"guarantee={guarantee}", f"cache_mb={self.h.cache_mb}", "static_membership=1",
+               f"instance={instance}", *extra]
         self.proc = Proc(self.name, cmd, self.h.work / f"{self.name}.log")
         return self.proc
 

@@ -55,7 +55,8 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * port (the JDK server), vertx_port (optional: Vert.x too), advertised, partitions,
  * stream_threads (2), http_threads (4, the JDK server's pool), event_loops (Vert.x: the
  * cores), guarantee (at_least_once | exactly_once_v2), cache_mb (64), static_membership
- * (0 | 1).
+ * (0 | 1), instance (1: the group.instance.id suffix, one per instance of the group),
+ * task_assignor (a task.assignor.class), probing_ms, warmups, heartbeat_ms.
  */
 public final class Baseline {
   private static String store;
@@ -91,8 +92,17 @@ public final class Baseline {
       // Static membership: a restarted instance takes its partitions back at once instead
       // of waiting for the group to time the old member out (Kafka Streams does not leave
       // the group on close). What an operator who cares about restart time configures.
-      p.put(StreamsConfig.consumerPrefix("group.instance.id"), a.get("app_id") + "-instance-1");
+      p.put(StreamsConfig.consumerPrefix("group.instance.id"), a.get("app_id") + "-instance-" + a.getOrDefault("instance", "1"));
     }
+    // Scale-out: how tasks move to an instance that joins. Either a task assignor class
+    // (KIP-924: the StickyTaskAssignor moves tasks at once and restores them there), or
+    // the default high-availability assignor, which keeps a task where its state is
+    // until a warm-up copy on the newcomer caught up, checked every probing interval.
+    if (a.containsKey("task_assignor")) p.put("task.assignor.class", a.get("task_assignor"));
+    if (a.containsKey("probing_ms")) p.put(StreamsConfig.PROBING_REBALANCE_INTERVAL_MS_CONFIG, Long.parseLong(a.get("probing_ms")));
+    if (a.containsKey("warmups")) p.put(StreamsConfig.MAX_WARMUP_REPLICAS_CONFIG, Integer.parseInt(a.get("warmups")));
+    // Each round of a rebalance waits for the members' next heartbeat (3 s by default).
+    if (a.containsKey("heartbeat_ms")) p.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), Integer.parseInt(a.get("heartbeat_ms")));
 
     StreamsBuilder b = new StreamsBuilder();
     b.table(topic, Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()),
