@@ -116,6 +116,18 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
   auto local = db_.stored_position(*id, partition);
   if (!local.ok()) return outcome::skipped;  // ingest reports it when it reads the same position
 
+  // The other members that could hold a copy; none (a restart of the only instance):
+  // nothing to ask, and nothing to wait for.
+  const bool tls_here = self_.rfind("https://", 0) == 0;
+  std::vector<std::string> others;
+  auto members = membership_.current();
+  for (const auto& m : members->members) {
+    if (m.endpoint.empty() || m.endpoint == self_) continue;
+    if (tls_here && m.endpoint.rfind("https://", 0) != 0) continue;
+    others.push_back(m.endpoint);
+  }
+  if (others.empty()) return outcome::skipped;
+
   // Requests are signed like every request between instances; without the group's
   // secret (not read yet) there is nobody to ask.
   auto secret = secret_ ? secret_->get() : nullptr;
@@ -125,7 +137,6 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
   }
   if (!secret) return outcome::skipped;
   api::peer_signer signer(*secret);
-  const bool tls_here = self_.rfind("https://", 0) == 0;
   auto request = [&](std::string method, std::string target, clock_type::time_point until) {
     http::client_request r;
     r.headers = {{"X-Kstate-Hop", "1"},
@@ -145,13 +156,8 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
 
   // Which instances hold a copy, and how far each reaches: the furthest one is copied.
   std::vector<std::pair<std::string, std::future<result<http::response>>>> probes;
-  auto members = membership_.current();
-  for (const auto& m : members->members) {
-    if (m.endpoint.empty() || m.endpoint == self_) continue;
-    if (tls_here && m.endpoint.rfind("https://", 0) != 0) continue;
-    probes.emplace_back(m.endpoint,
-                        send(m.endpoint, request("GET", base, clock_type::now() + std::chrono::seconds(5))));
-  }
+  for (const auto& endpoint : others)
+    probes.emplace_back(endpoint, send(endpoint, request("GET", base, clock_type::now() + std::chrono::seconds(5))));
   source best;
   for (auto& [endpoint, f] : probes) {
     auto r = f.get();
