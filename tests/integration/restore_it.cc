@@ -167,6 +167,19 @@ TEST_CASE("SIGTERM during a changelog restore stops it at once; the next start r
   };
   // Wipe the state and start again; SIGTERM once a partition shows a restore under
   // way. A restore that finished before the signal arrived is tried again.
+  // Restores take well under a second here; a broker quota on the restore consumer
+  // (its client id) keeps one under way long enough for the signal to find it.
+  const auto client = unique_name("restore-stop-client");
+  ks.extra_args({"--set", "ingest.client_id=" + client});
+  struct quota_guard {
+    std::string entity;
+    ~quota_guard() {
+      sh(std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka java kafka.admin.ConfigCommand --bootstrap-server " +
+         bootstrap() + " --alter --delete-config consumer_byte_rate " + entity + " >/dev/null 2>&1 || true");
+    }
+  } guard{"--entity-type clients --entity-name " + client + "-restore"};
+  sh(std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka java kafka.admin.ConfigCommand --bootstrap-server " +
+     bootstrap() + " --alter --add-config consumer_byte_rate=200000 " + guard.entity + " >/dev/null");
   std::smatch stopped;
   std::string stopped_partition, stopped_at;
   for (int attempt = 0; attempt < 5 && stopped_partition.empty(); ++attempt) {
@@ -203,6 +216,8 @@ TEST_CASE("SIGTERM during a changelog restore stops it at once; the next start r
     }
   }
   REQUIRE_MESSAGE(!stopped_partition.empty(), "no restore was interrupted; see " << ks.log_path());
+  sh(std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka java kafka.admin.ConfigCommand --bootstrap-server " +
+     bootstrap() + " --alter --delete-config consumer_byte_rate " + guard.entity + " >/dev/null");
 
   // The next start restores the rest, from where the stop left it, and every count is 1.
   const size_t log_from = log_text().size();
