@@ -80,10 +80,41 @@ bool same_members(const std::vector<member_info>& a, const std::vector<member_in
 // Rebalance callbacks come in bursts (cooperative rebalancing revokes, then assigns);
 // refreshes prompted by them are at least this far apart.
 constexpr std::chrono::milliseconds min_refresh_gap{100};
-// How long the watcher waits on librdkafka between checks for stop().
-constexpr int poll_slice_ms = 100;
 
 }  // namespace
+
+std::optional<std::vector<std::pair<std::string, int32_t>>> decode_consumer_assignment(const void* data, size_t size) {
+  // ConsumerProtocolAssignment (every version): int16 version, then an array (int32
+  // count) of {string topic (int16 length), array of int32 partition}, then fields this
+  // reader does not need (user data). Big-endian throughout.
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t at = 0;
+  auto take = [&](size_t n, uint64_t& out) {
+    if (size - at < n) return false;
+    out = 0;
+    for (size_t i = 0; i < n; ++i) out = out << 8 | p[at + i];
+    at += n;
+    return true;
+  };
+  uint64_t version = 0, topics = 0;
+  if (!take(2, version) || static_cast<int16_t>(version) < 0 || !take(4, topics)) return std::nullopt;
+  if (static_cast<int32_t>(topics) < 0) return std::nullopt;
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (uint64_t t = 0; t < topics; ++t) {
+    uint64_t len = 0, count = 0;
+    if (!take(2, len) || static_cast<int16_t>(len) < 0 || size - at < len) return std::nullopt;
+    std::string topic(reinterpret_cast<const char*>(p + at), len);
+    at += len;
+    if (!take(4, count) || static_cast<int32_t>(count) < 0 || (size - at) / 4 < count) return std::nullopt;
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t partition = 0;
+      take(4, partition);
+      if (static_cast<int32_t>(partition) < 0) return std::nullopt;
+      out.emplace_back(topic, static_cast<int32_t>(partition));
+    }
+  }
+  return out;
+}
 
 std::string encode_member_client_id(const std::string& client_id, const std::string& endpoint) {
   std::string out = escape(client_id);
@@ -121,7 +152,6 @@ struct membership_watcher::impl {
   membership_registry& registry;
 
   rd_kafka_t* rk = nullptr;
-  rd_kafka_queue_t* queue = nullptr;
   std::thread thread;
 
   std::mutex mu;
@@ -133,7 +163,6 @@ struct membership_watcher::impl {
   std::atomic<uint64_t> failures{0};
 
   // Touched only by the watcher thread.
-  uintptr_t request_seq = 0;
   bool have_published = false;
   cluster_snapshot last;
   bool failing = false;
@@ -141,7 +170,6 @@ struct membership_watcher::impl {
   impl(const ingest_config& k, membership_config c, membership_registry& r) : kafka_cfg(k), cfg(c), registry(r) {}
 
   ~impl() {
-    if (queue) rd_kafka_queue_destroy(queue);
     if (rk) rd_kafka_destroy(rk);
   }
 
@@ -154,7 +182,6 @@ struct membership_watcher::impl {
     });
     if (!client.ok()) return client.error();
     rk = client.value().release();
-    queue = rd_kafka_queue_new(rk);
     return status::ok_status();
   }
 
@@ -167,83 +194,62 @@ struct membership_watcher::impl {
     failing = true;
   }
 
-  // Waits for the result of request `seq`; null when stopping or past the deadline.
-  event_ptr await_result(uintptr_t seq) {
-    auto deadline = std::chrono::steady_clock::now() + cfg.request_timeout + std::chrono::seconds(2);
-    while (!stopping) {
-      event_ptr ev(rd_kafka_queue_poll(queue, poll_slice_ms));
-      if (ev) {
-        // A result of an earlier request we gave up on: drop it.
-        if (reinterpret_cast<uintptr_t>(rd_kafka_event_opaque(ev.get())) == seq) return ev;
-        continue;
-      }
-      if (std::chrono::steady_clock::now() > deadline) return nullptr;
-    }
-    return nullptr;
-  }
-
+  // The group is described with rd_kafka_list_groups (ListGroups to each broker, then
+  // DescribeGroups to the one that coordinates the group), not with the
+  // DescribeConsumerGroups admin request: librdkafka's coordinator-targeted admin
+  // requests abort the process (`eonce->refcnt > 0`) when the coordinator's
+  // connection drops while one is being sent, which a broker restart does.
+  // The call blocks for at most the request timeout.
   outcome refresh() {
     const std::string& group = kafka_cfg.application_id;
-    options_ptr opts(rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS));
-    char errstr[512];
-    if (rd_kafka_AdminOptions_set_request_timeout(opts.get(), static_cast<int>(cfg.request_timeout.count()), errstr,
-                                                  sizeof errstr) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      note_failure(std::string("request timeout: ") + errstr);
-      return outcome::failed;
-    }
-    uintptr_t seq = ++request_seq;
-    rd_kafka_AdminOptions_set_opaque(opts.get(), reinterpret_cast<void*>(seq));
-    const char* groups[] = {group.c_str()};
     auto asked_at = std::chrono::system_clock::now();
-    rd_kafka_DescribeConsumerGroups(rk, groups, 1, opts.get(), queue);
-
-    event_ptr ev = await_result(seq);
+    const rd_kafka_group_list* list = nullptr;
+    auto err = rd_kafka_list_groups(rk, group.c_str(), &list, static_cast<int>(cfg.request_timeout.count()));
+    std::unique_ptr<const rd_kafka_group_list, void (*)(const rd_kafka_group_list*)> owned(
+        list, [](const rd_kafka_group_list* l) {
+          if (l) rd_kafka_group_list_destroy(l);
+        });
     if (stopping) return outcome::stopping;
-    if (!ev) {
-      note_failure("no answer within the request timeout");
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      // __PARTIAL: a broker did not answer in time. Its answer might be the one that
+      // describes the group, so a partial list is no description.
+      note_failure(rd_kafka_err2str(err));
       return outcome::failed;
     }
-    if (rd_kafka_event_error(ev.get())) {
-      note_failure(rd_kafka_event_error_string(ev.get()));
-      return outcome::failed;
-    }
-    const auto* res = rd_kafka_event_DescribeConsumerGroups_result(ev.get());
-    if (!res) {
-      note_failure(std::string("unexpected event ") + rd_kafka_event_name(ev.get()));
-      return outcome::failed;
-    }
-    size_t count = 0;
-    const auto** descs = rd_kafka_DescribeConsumerGroups_result_groups(res, &count);
-    const rd_kafka_ConsumerGroupDescription_t* desc = nullptr;
-    for (size_t i = 0; i < count; ++i)
-      if (group == rd_kafka_ConsumerGroupDescription_group_id(descs[i])) desc = descs[i];
-    if (!desc) {
-      note_failure("the answer does not describe the group");
-      return outcome::failed;
-    }
-    if (const rd_kafka_error_t* e = rd_kafka_ConsumerGroupDescription_error(desc)) {
-      note_failure(rd_kafka_error_string(e));
-      return outcome::failed;
+    const rd_kafka_group_info* desc = nullptr;
+    for (int i = 0; list && i < list->group_cnt; ++i) {
+      const auto& g = list->groups[i];
+      if (!g.group || group != g.group) continue;
+      if (g.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        note_failure(rd_kafka_err2str(g.err));
+        return outcome::failed;
+      }
+      desc = &g;
     }
 
     cluster_snapshot s;
     s.read_at = asked_at;
-    auto state = rd_kafka_ConsumerGroupDescription_state(desc);
-    s.group_state = rd_kafka_consumer_group_state_name(state);
-    size_t members = rd_kafka_ConsumerGroupDescription_member_count(desc);
-    for (size_t i = 0; i < members; ++i) {
-      const auto* m = rd_kafka_ConsumerGroupDescription_member(desc, i);
-      if (!m) continue;
+    // A group no broker lists has no members: Dead, as the coordinator calls it.
+    auto state =
+        desc && desc->state ? rd_kafka_consumer_group_state_code(desc->state) : RD_KAFKA_CONSUMER_GROUP_STATE_DEAD;
+    s.group_state = desc && desc->state ? desc->state : rd_kafka_consumer_group_state_name(state);
+    const bool consumer_protocol = desc && desc->protocol_type && std::string_view(desc->protocol_type) == "consumer";
+    for (int i = 0; desc && i < desc->member_cnt; ++i) {
+      const auto& m = desc->members[i];
       member_info info;
       auto str = [](const char* p) { return p ? std::string(p) : std::string(); };
-      info.member_id = str(rd_kafka_MemberDescription_consumer_id(m));
-      info.client_id = str(rd_kafka_MemberDescription_client_id(m));
-      info.host = str(rd_kafka_MemberDescription_host(m));
+      info.member_id = str(m.member_id);
+      info.client_id = str(m.client_id);
+      info.host = str(m.client_host);
       info.endpoint = endpoint_from_client_id(info.client_id).value_or("");
-      const auto* assignment = rd_kafka_MemberDescription_assignment(m);
-      const auto* parts = assignment ? rd_kafka_MemberAssignment_partitions(assignment) : nullptr;
-      for (int p = 0; parts && p < parts->cnt; ++p)
-        info.partitions.emplace_back(parts->elems[p].topic, parts->elems[p].partition);
+      if (consumer_protocol && m.member_assignment_size > 0) {
+        auto parts = decode_consumer_assignment(m.member_assignment, static_cast<size_t>(m.member_assignment_size));
+        if (!parts) {
+          note_failure("member " + info.member_id + " has an assignment that does not decode");
+          return outcome::failed;
+        }
+        info.partitions = std::move(*parts);
+      }
       std::sort(info.partitions.begin(), info.partitions.end());
       s.members.push_back(std::move(info));
     }
@@ -367,10 +373,6 @@ void membership_watcher::stop() {
   }
   i.cv.notify_one();
   if (i.thread.joinable()) i.thread.join();
-  if (i.queue) {
-    rd_kafka_queue_destroy(i.queue);
-    i.queue = nullptr;
-  }
   if (i.rk) {
     rd_kafka_destroy(i.rk);
     i.rk = nullptr;

@@ -228,6 +228,46 @@ TEST_CASE("partitioners: every name maps into range; unknown names are refused")
   CHECK_FALSE(make_partitioner(""));
 }
 
+TEST_CASE("consumer-protocol assignments decode as the Kafka protocol lays them out") {
+  // ConsumerProtocolAssignment v1, written out byte by byte from the protocol's schema:
+  // version 1; 2 topics: "orders" [0, 5], "t" [70000]; user data of 3 bytes.
+  const std::vector<unsigned char> bytes = {0x00, 0x01,                                     // version
+                                            0x00, 0x00, 0x00, 0x02,                         // 2 topics
+                                            0x00, 0x06, 'o',  'r',  'd',  'e',  'r',  's',  // "orders"
+                                            0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00,
+                                            0x00, 0x00,                                      // 2 partitions: 0,
+                                            0x00, 0x05,                                      // 5
+                                            0x00, 0x01, 't',                                 // "t"
+                                            0x00, 0x00, 0x00, 0x01, 0x00, 0x01, 0x11, 0x70,  // 1 partition: 70000
+                                            0x00, 0x00, 0x00, 0x03, 0xAA, 0xBB, 0xCC};       // user data
+  using parts = std::vector<std::pair<std::string, int32_t>>;
+  auto got = decode_consumer_assignment(bytes.data(), bytes.size());
+  REQUIRE(got);
+  CHECK(*got == parts{{"orders", 0}, {"orders", 5}, {"t", 70000}});
+  // Without the user data (version 0 has none to speak of): the same partitions.
+  const size_t partitions_end = bytes.size() - 7;
+  got = decode_consumer_assignment(bytes.data(), partitions_end);
+  REQUIRE(got);
+  CHECK(got->size() == 3);
+  // Cut anywhere inside the topics, it is refused rather than read past its end.
+  for (size_t n = 0; n < partitions_end; ++n) CHECK_MESSAGE(!decode_consumer_assignment(bytes.data(), n), n);
+  // An empty assignment (a member that holds nothing).
+  const std::vector<unsigned char> none = {0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  got = decode_consumer_assignment(none.data(), none.size());
+  REQUIRE(got);
+  CHECK(got->empty());
+  // Negative counts and lengths, and counts larger than the bytes, are refused.
+  auto with = [&](size_t at, std::vector<unsigned char> v) {
+    auto b = bytes;
+    std::copy(v.begin(), v.end(), b.begin() + static_cast<std::ptrdiff_t>(at));
+    return decode_consumer_assignment(b.data(), b.size());
+  };
+  CHECK_FALSE(with(2, {0xFF, 0xFF, 0xFF, 0xFF}));   // topic count -1
+  CHECK_FALSE(with(6, {0xFF, 0xFF}));               // topic name length -1
+  CHECK_FALSE(with(14, {0x7F, 0xFF, 0xFF, 0xFF}));  // 2^31-1 partitions
+  CHECK_FALSE(with(18, {0x80, 0x00, 0x00, 0x00}));  // partition -2^31
+}
+
 TEST_CASE("member client.id: the endpoint survives encoding, and only kstate's encoding yields one") {
   // The usual case stays readable in Kafka's own tools: nothing is escaped.
   CHECK(encode_member_client_id("kstate", "http://127.0.0.1:1111") == "kstate;endpoint=http://127.0.0.1:1111");

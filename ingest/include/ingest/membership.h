@@ -3,7 +3,7 @@
 //
 // Every kstate instance is a member of the consumer group `application_id`, and the
 // group coordinator is the one authority on who owns which partition. The watcher asks
-// it (the DescribeConsumerGroups admin request) and publishes the answer to a
+// it (ListGroups and DescribeGroups, through rd_kafka_list_groups) and publishes the answer to a
 // membership_registry, where query/server read it to route requests. Each member's
 // advertised HTTP endpoint travels in its consumer's client.id (see
 // encode_member_client_id), so the group description alone names every owner's
@@ -18,6 +18,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/membership.h"
 #include "core/status.h"
@@ -32,7 +34,8 @@ struct membership_config {
   // (PreparingRebalance, CompletingRebalance), so readers stop getting 503 soon after
   // it settles. Default 500 ms.
   std::chrono::milliseconds unsettled_interval{500};
-  // Timeout of one DescribeConsumerGroups request. Default 5 s.
+  // Timeout of one description of the group. stop() waits for one in flight, at most
+  // this long (only when the brokers do not answer). Default 5 s.
   std::chrono::milliseconds request_timeout{5'000};
 };
 
@@ -55,8 +58,8 @@ class membership_watcher {
   // and after stop(). Meant for ingest_config::on_rebalance, which runs until the
   // engine is stopped: stop the engine before destroying the watcher.
   void refresh_soon();
-  // Stops the thread and destroys the handle. Idempotent; prompt even while a request
-  // is in flight.
+  // Stops the thread and destroys the handle. Idempotent. Waits for a description in
+  // flight: at most the request timeout, and only when the brokers do not answer.
   void stop();
 
   // Describe requests that failed (coordinator unavailable, timeouts, ...).
@@ -76,5 +79,9 @@ std::string encode_member_client_id(const std::string& client_id, const std::str
 // The endpoint carried by a client.id made by encode_member_client_id; nullopt when
 // the client id carries none (another kind of client in the group) or is malformed.
 std::optional<std::string> endpoint_from_client_id(const std::string& client_id);
+// The (topic, partition) pairs of a consumer-protocol member assignment as a group
+// description carries it (ConsumerProtocolAssignment bytes, any version); nullopt when
+// the bytes are malformed.
+std::optional<std::vector<std::pair<std::string, int32_t>>> decode_consumer_assignment(const void* data, size_t size);
 
 }  // namespace kstate::ingest
