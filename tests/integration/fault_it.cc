@@ -1,0 +1,652 @@
+// Fault scenarios under load (docs/reliability.md): the broker bounced (SIGTERM and
+// kill -9) or paused (SIGSTOP) while a table view and an exactly-once count ingest and
+// queries run, and a peer that hangs or answers garbage while another instance forwards
+// to it. Every answer given during a fault is checked against the acknowledged records
+// (the value a key had at the position the answer claims), and the final state against
+// the model: nothing lost, nothing applied twice.
+//
+// KSTATE_FAULT_SCALE=long (scripts/chaos) runs the long versions; each scenario prints
+// one summary line and appends it to $KSTATE_FAULT_REPORT when set.
+//
+// These cases bounce and pause the broker of the whole test run: ctest runs the
+// integration tests one at a time (scripts/test), and every case leaves it running.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "agg_common.h"
+#include "fault_common.h"
+#include "support.h"
+
+using namespace kstate::testing;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// Keeps the broker running whatever a case does: resumed and, when it is not
+// answering, bounced once more.
+struct broker_guard {
+  ~broker_guard() { std::system((std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka resume >/dev/null 2>&1").c_str()); }
+};
+
+// The acknowledged records of one topic, by partition and offset.
+struct record_log {
+  struct rec {
+    std::string key;
+    std::optional<std::string> value;
+  };
+  std::mutex mu;
+  std::map<std::pair<int32_t, int64_t>, rec> at;
+  // Per key and partition, the offsets that wrote it, ascending.
+  std::map<std::string, std::map<int32_t, std::vector<int64_t>>> offsets_of;
+
+  void add(const std::vector<produced>& batch, const std::vector<std::pair<int32_t, int64_t>>& where) {
+    std::lock_guard lock(mu);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      at[where[i]] = {*batch[i].key, batch[i].value};
+      auto& v = offsets_of[*batch[i].key][where[i].first];
+      v.insert(std::upper_bound(v.begin(), v.end(), where[i].second), where[i].second);
+    }
+  }
+  size_t size() {
+    std::lock_guard lock(mu);
+    return at.size();
+  }
+  // The record of `key` in `partition` that a store at `position` (the next offset to
+  // apply) reflects: the last one below it, if any.
+  std::optional<int64_t> latest_below(const std::string& key, int32_t partition, int64_t position) {
+    auto k = offsets_of.find(key);
+    if (k == offsets_of.end()) return std::nullopt;
+    auto p = k->second.find(partition);
+    if (p == k->second.end()) return std::nullopt;
+    auto it = std::lower_bound(p->second.begin(), p->second.end(), position);
+    if (it == p->second.begin()) return std::nullopt;
+    return *std::prev(it);
+  }
+  table_model model() {
+    std::lock_guard lock(mu);
+    table_model m;
+    // Per partition in offset order (map order), which is each key's order.
+    for (const auto& [where, r] : at) {
+      if (r.value) m[r.key] = *r.value;
+      else m.erase(r.key);
+    }
+    return m;
+  }
+};
+
+// A lookup answer as seen during a fault.
+struct observation {
+  std::string key;
+  int status = 0;
+  json body;
+};
+
+// Looks up random keys on `ports` in a loop until `stop`, keeping every answer.
+class reader {
+ public:
+  reader(std::vector<uint16_t> ports, int keys, const std::string& store) : ports_(std::move(ports)), keys_(keys) {
+    thread_ = std::thread([this, store] { run(store); });
+  }
+  ~reader() { finish(); }
+  void finish() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::vector<observation> seen;
+  int64_t refused = 0;  // no connection (the instance restarting)
+
+ private:
+  void run(const std::string& store) {
+    std::mt19937 rng(3);
+    std::vector<std::unique_ptr<http_client>> clients;
+    for (auto p : ports_) clients.push_back(std::make_unique<http_client>(p));
+    while (!stop_) {
+      auto key = "key-" + std::to_string(rng() % keys_);
+      auto& c = *clients[rng() % clients.size()];
+      auto a = c.get("/v1/stores/" + store + "/keys/" + key);
+      if (!a) {
+        ++refused;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      observation o{key, a->status, {}};
+      if (!a->body.empty()) o.body = json::parse(a->body, nullptr, false);
+      seen.push_back(std::move(o));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  std::vector<uint16_t> ports_;
+  int keys_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Checks each answer against the acknowledged records: a 200 names the record that wrote
+// its value (this key, this value) and no later record of the key below its position;
+// a 404 has no live record of the key below its position. 503s are counted.
+void check_answers(const std::vector<observation>& seen, record_log& log, tally& t) {
+  for (const auto& o : seen) {
+    if (o.status == 503) {
+      ++t.unavailable;
+      continue;
+    }
+    ++t.checked;
+    bool ok = false;
+    if (o.status == 200 || o.status == 404) {
+      const auto& b = o.body;
+      if (b.is_object() && b.contains("partition") && b.contains("position")) {
+        const int32_t p = b["partition"].get<int32_t>();
+        const auto pos_field = b["position"].value(std::to_string(p), json());
+        if (pos_field.is_number_integer()) {
+          const int64_t pos = pos_field.get<int64_t>();
+          auto latest = log.latest_below(o.key, p, pos);
+          if (o.status == 200) {
+            const int64_t off = b.value("offset", int64_t{-1});
+            auto it = log.at.find({p, off});
+            ok = latest && *latest == off && it != log.at.end() && it->second.key == o.key && it->second.value &&
+                 json::parse(*it->second.value) == b["value"];
+          } else {
+            ok = !latest || !log.at.at({p, *latest}).value;
+          }
+        }
+      }
+    }
+    if (!ok) {
+      ++t.wrong;
+      if (t.wrong <= 5) MESSAGE("wrong answer for " << o.key << ": " << o.status << " " << o.body.dump());
+    }
+  }
+}
+
+// Every key of the model read once more at the end: a missing or different value is an
+// acknowledged update lost.
+void check_final(uint16_t port, const std::string& store, const table_model& model, int keys, tally& t) {
+  http_client c(port);
+  for (int k = 0; k < keys; ++k) {
+    auto key = "key-" + std::to_string(k);
+    auto a = c.get("/v1/stores/" + store + "/keys/" + key);
+    REQUIRE(a);
+    ++t.checked;
+    auto it = model.find(key);
+    const bool ok = it == model.end() ? a->status == 404
+                                      : a->status == 200 && a->body_json()["value"] == json::parse(it->second);
+    if (!ok) {
+      ++t.lost;
+      if (t.lost <= 5) MESSAGE("final answer for " << key << ": " << a->status << " " << a->body);
+    }
+  }
+}
+
+// Counts per account against the recount: below it is lost, above it counted twice.
+void check_counts(uint16_t port, const std::string& store, const std::map<std::string, int64_t>& want, tally& t) {
+  auto got = read_store(port, store);
+  for (const auto& [k, n] : want) {
+    ++t.checked;
+    auto it = got.find(k);
+    const int64_t v = it == got.end() ? 0 : it->second.get<int64_t>();
+    if (v < n) t.lost += n - v;
+    if (v > n) t.duplicated += v - n;
+  }
+  for (const auto& [k, v] : got)
+    if (!want.count(k)) t.duplicated += v.get<int64_t>();
+}
+
+// A producer of table updates (key-N, 5% deletions) and of account records for the
+// count, in batches through the idempotent Java producer, until told to stop.
+struct load {
+  std::string table_topic, count_topic;
+  int keys;
+  record_log table_log;
+  std::mutex mu;
+  std::map<std::string, int64_t> per_account;
+  int64_t accounts_total = 0;
+  std::atomic<bool> stop{false};
+  std::atomic<int> batches{0};
+  std::thread thread;
+
+  load(std::string t, std::string c, int k) : table_topic(std::move(t)), count_topic(std::move(c)), keys(k) {}
+  void start(int batch_size) {
+    thread = std::thread([this, batch_size] {
+      std::mt19937 rng(21);
+      for (int64_t n = 0; !stop; ++batches) {
+        std::vector<produced> updates, accounts;
+        std::map<std::string, int64_t> counted;
+        for (int i = 0; i < batch_size; ++i, ++n) {
+          produced r{"key-" + std::to_string(rng() % keys), std::nullopt};
+          if (rng() % 20 != 0) r.value = R"({"seq":)" + std::to_string(n) + "}";
+          updates.push_back(std::move(r));
+          auto acct = "acct-" + std::to_string(rng() % 200);
+          accounts.push_back({std::to_string(n), R"({"acct":")" + acct + R"(","n":)" + std::to_string(n) + "}"});
+          ++counted[acct];
+        }
+        auto where = produce_bytes(table_topic, updates);
+        table_log.add(updates, where);
+        produce_bytes(count_topic, accounts);
+        std::lock_guard lock(mu);
+        for (const auto& [a, c] : counted) per_account[a] += c;
+        accounts_total += batch_size;
+      }
+    });
+  }
+  void finish() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+  }
+};
+
+// Waits until the instance's table has applied `records` and its count has counted
+// `accounts`.
+void wait_caught_up(kstate_process& ks, int64_t records, int64_t accounts, std::chrono::seconds timeout) {
+  const auto deadline = clock_type::now() + timeout;
+  while (ks.position_sum("t") < records && clock_type::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE_MESSAGE(ks.position_sum("t") == records, "the table did not catch up; see " << ks.log_path());
+  const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - clock_type::now());
+  CHECK_MESSAGE(wait_total(ks.port(), "c", accounts, std::max(left, std::chrono::seconds(10))) == accounts,
+                "the count did not catch up; see " << ks.log_path());
+}
+
+std::string kafka_script() { return std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka"; }
+
+}  // namespace
+
+TEST_CASE("broker restarts (SIGTERM and kill -9) during ingest and queries: every answer exact, nothing lost") {
+  broker_guard guard;
+  const int keys = 2000, bounces = long_run() ? 5 : 2;
+  tally t{"broker restart"};
+  auto table_topic = unique_name("fault-bounce"), count_topic = unique_name("fault-bounce-acct");
+  create_topic(table_topic, 4);
+  create_topic(count_topic, 4);
+  kstate_process ks(unique_name("fault-bounce-app"),
+                    {{"t", table_topic}, {"c", count_topic, "json", "", "string", "kind: count, group_by: {json: acct}"}},
+                    temp_dir("fault-bounce") + "/state", "processing_guarantee: exactly_once\n");
+  ks.start();
+  ks.wait_ready();
+
+  load l(table_topic, count_topic, keys);
+  l.start(2000);
+  reader r({ks.port()}, keys, "t");
+  std::mt19937 rng(5);
+  for (int i = 0; i < bounces; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000 + rng() % 3000));
+    const bool kill = i % 2 == 1;
+    MESSAGE("broker " << (kill ? "kill -9" : "SIGTERM") << " and restart " << i + 1 << " of " << bounces
+                      << ", records acknowledged so far " << l.table_log.size());
+    sh(kafka_script() + " bounce" + (kill ? " --kill" : "") + " >/dev/null");
+    ++t.runs;
+    REQUIRE_MESSAGE(::kill(ks.pid(), 0) == 0, "kstate exited; see " << ks.log_path());
+  }
+  // Ingest goes on after the last restart.
+  const int after = l.batches + 2;
+  while (l.batches < after) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  l.finish();
+  wait_caught_up(ks, static_cast<int64_t>(l.table_log.size()), l.accounts_total, std::chrono::seconds(180));
+  r.finish();
+
+  check_answers(r.seen, l.table_log, t);
+  check_final(ks.port(), "t", l.table_log.model(), keys, t);
+  check_counts(ks.port(), "c", l.per_account, t);
+  t.notes = std::to_string(l.table_log.size()) + " table records, " + std::to_string(l.accounts_total) + " counted";
+  t.report();
+  CHECK(ks.terminate() == 0);
+}
+
+TEST_CASE("a broker that hangs (SIGSTOP) during ingest, and one that hangs when kstate starts") {
+  broker_guard guard;
+  const int keys = 2000;
+  const auto pause = std::chrono::seconds(long_run() ? 30 : 8);
+  tally t{"broker paused"};
+  auto table_topic = unique_name("fault-pause"), count_topic = unique_name("fault-pause-acct");
+  create_topic(table_topic, 4);
+  create_topic(count_topic, 4);
+  kstate_process ks(unique_name("fault-pause-app"),
+                    {{"t", table_topic}, {"c", count_topic, "json", "", "string", "kind: count, group_by: {json: acct}"}},
+                    temp_dir("fault-pause") + "/state", "processing_guarantee: exactly_once\n");
+
+  // Unreachable at start: kstate starts against a hung broker, stays up, is not ready,
+  // and becomes ready once the broker answers.
+  sh(kafka_script() + " pause");
+  ++t.runs;
+  ks.start();
+  {
+    http_client c(ks.port());
+    std::optional<http_answer> ready;
+    for (int i = 0; i < 100 && !ready; ++i) {
+      ready = c.get("/readyz");
+      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    REQUIRE_MESSAGE(ready, "kstate does not answer while the broker hangs; see " << ks.log_path());
+    CHECK(ready->status == 503);
+    std::this_thread::sleep_for(pause / 2);
+    REQUIRE_MESSAGE(::kill(ks.pid(), 0) == 0, "kstate exited while the broker hung; see " << ks.log_path());
+    auto live = c.get("/livez");
+    REQUIRE(live);
+    CHECK(live->status == 200);
+  }
+  sh(kafka_script() + " resume");
+  ks.wait_ready();
+
+  // Hung in the middle of ingest, twice.
+  load l(table_topic, count_topic, keys);
+  l.start(2000);
+  reader r({ks.port()}, keys, "t");
+  for (int i = 0; i < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    MESSAGE("broker paused for " << pause.count() << " s, records acknowledged so far " << l.table_log.size());
+    sh(kafka_script() + " pause");
+    ++t.runs;
+    std::this_thread::sleep_for(pause);
+    sh(kafka_script() + " resume");
+    REQUIRE_MESSAGE(::kill(ks.pid(), 0) == 0, "kstate exited; see " << ks.log_path());
+  }
+  const int after = l.batches + 2;
+  while (l.batches < after) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  l.finish();
+  wait_caught_up(ks, static_cast<int64_t>(l.table_log.size()), l.accounts_total, std::chrono::seconds(180));
+  r.finish();
+
+  check_answers(r.seen, l.table_log, t);
+  check_final(ks.port(), "t", l.table_log.model(), keys, t);
+  check_counts(ks.port(), "c", l.per_account, t);
+  t.notes = std::to_string(l.table_log.size()) + " table records, " + std::to_string(l.accounts_total) + " counted";
+  t.report();
+  CHECK(ks.terminate() == 0);
+}
+
+namespace {
+
+// Static data for the peer scenarios: `keys` keys written once.
+table_model write_static(const std::string& topic, int keys) {
+  std::vector<produced> recs;
+  table_model model;
+  for (int i = 0; i < keys; ++i) {
+    produced r{"key-" + std::to_string(i), R"({"i":)" + std::to_string(i) + "}"};
+    apply_record(model, r);
+    recs.push_back(std::move(r));
+  }
+  produce(topic, recs);
+  return model;
+}
+
+// The keys `port` serves itself and those it forwards, by the `served_by` of its answers.
+std::pair<std::vector<std::string>, std::vector<std::string>> split_keys(uint16_t port, int keys) {
+  http_client c(port);
+  std::vector<std::string> local, remote;
+  const std::string self = "http://127.0.0.1:" + std::to_string(port);
+  for (int i = 0; i < keys; ++i) {
+    auto key = "key-" + std::to_string(i);
+    auto a = c.get("/v1/stores/t/keys/" + key);
+    REQUIRE(a);
+    REQUIRE_MESSAGE(a->status == 200, a->body);
+    (a->body_json()["served_by"] == self ? local : remote).push_back(key);
+  }
+  return {local, remote};
+}
+
+// Lookups of `keys` through one instance from `threads` connections until stopped:
+// answers checked against the model, latencies kept.
+class hammer {
+ public:
+  hammer(uint16_t port, std::vector<std::string> keys, const table_model& model, int threads)
+      : keys_(std::move(keys)), model_(model) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, port, i] { run(port, i); });
+  }
+  ~hammer() { finish(); }
+  void finish() {
+    stop_ = true;
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  std::atomic<int64_t> ok{0}, wrong{0}, unavailable{0}, other{0}, failed{0};
+  std::atomic<int64_t> max_ms{0};
+
+ private:
+  void run(uint16_t port, int seed) {
+    http_client c(port);
+    std::mt19937 rng(seed);
+    while (!stop_) {
+      const auto& key = keys_[rng() % keys_.size()];
+      const auto t0 = clock_type::now();
+      auto a = c.get("/v1/stores/t/keys/" + key);
+      const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
+      int64_t prev = max_ms;
+      while (ms > prev && !max_ms.compare_exchange_weak(prev, ms)) {
+      }
+      if (!a) {
+        ++failed;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } else if (a->status == 200) {
+        auto v = json::parse(a->body, nullptr, false);
+        (v.is_object() && v["value"] == json::parse(model_.at(key)) ? ok : wrong)++;
+      } else if (a->status == 503) {
+        ++unavailable;
+      } else {
+        ++other;
+      }
+    }
+  }
+  std::vector<std::string> keys_;
+  const table_model& model_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// Answers every connection with garbage, a different kind each time: random bytes, a
+// truncated body, an endless header, a bad status line, or a reset.
+class garbage_server {
+ public:
+  garbage_server() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    REQUIRE(::listen(fd_, 64) == 0);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~garbage_server() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+  std::atomic<int> connections{0};
+
+ private:
+  void run() {
+    std::mt19937 rng(9);
+    while (!stop_) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      const int kind = connections++ % 5;
+      char buf[4096];
+      (void)::recv(c, buf, sizeof buf, 0);
+      std::string out;
+      if (kind == 0) {
+        for (int i = 0; i < 3000; ++i) out += static_cast<char>(rng());
+      } else if (kind == 1) {
+        out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"value\":";
+      } else if (kind == 2) {
+        out = "HTTP/1.1 200 OK\r\nX-Endless: " + std::string(200'000, 'a');
+      } else if (kind == 3) {
+        out = "HTTX/9.9 abc\r\n\r\n";
+      } else {
+        linger l{1, 0};
+        ::setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      }
+      if (!out.empty()) (void)::send(c, out.data(), out.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("a peer that hangs (SIGSTOP): forwarded lookups end with 503 within the deadline, local keys keep being served") {
+  const int keys = 4000;
+  const auto hang = std::chrono::seconds(long_run() ? 60 : 10);
+  tally t{"peer hangs"};
+  auto topic = unique_name("fault-hang");
+  create_topic(topic, 4);
+  auto model = write_static(topic, keys);
+  auto dir = temp_dir("fault-hang");
+  auto app = unique_name("fault-hang-app");
+  kstate_process a(app, {{"t", topic}}, dir + "/a");
+  kstate_process b(app, {{"t", topic}}, dir + "/b");
+  a.start();
+  b.start();
+  std::string why;
+  bool settled = false;
+  for (int i = 0; i < 600 && !settled; ++i) {
+    settled = group_settled({a.port(), b.port()}, 4, &why) && a.position_sum("t") + b.position_sum("t") == keys;
+    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE_MESSAGE(settled, why);
+  auto [local, remote] = split_keys(a.port(), keys);
+  REQUIRE(!local.empty());
+  REQUIRE(!remote.empty());
+
+  // Local lookups alone, for comparison.
+  int64_t before_rate = 0;
+  {
+    hammer h(a.port(), local, model, 1);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    h.finish();
+    before_rate = h.ok / 2;
+    CHECK(h.wrong == 0);
+  }
+
+  // B hangs; A gets forwarded lookups from 4 connections and local ones from 1.
+  REQUIRE(::kill(b.pid(), SIGSTOP) == 0);
+  ++t.runs;
+  hammer fwd(a.port(), remote, model, 4);
+  hammer loc(a.port(), local, model, 1);
+  std::this_thread::sleep_for(hang);
+  fwd.finish();
+  loc.finish();
+  REQUIRE(::kill(b.pid(), SIGCONT) == 0);
+  const int64_t during_rate = loc.ok / hang.count();
+  t.checked = fwd.ok + fwd.wrong + fwd.other + loc.ok + loc.wrong + loc.other;
+  t.wrong = fwd.wrong + fwd.other + loc.wrong + loc.other + loc.unavailable;
+  t.unavailable = fwd.unavailable;
+  MESSAGE("forwarded: " << fwd.ok.load() << " answered, " << fwd.unavailable.load() << " 503, slowest "
+                        << fwd.max_ms.load() << " ms; local: " << loc.ok.load() << " answered (" << during_rate
+                        << "/s, " << before_rate << "/s before), slowest " << loc.max_ms.load() << " ms");
+  // The forwarding deadline (5 s) bounds every forwarded lookup; the hung peer never
+  // holds up a local one behind it.
+  CHECK(fwd.max_ms < 5000 + 2000);
+  CHECK(loc.max_ms < 2000);
+  CHECK(fwd.failed == 0);
+  CHECK(loc.failed == 0);
+
+  // Resumed, B settles back in the group (or was replaced and rejoins); every key is
+  // answered correctly through either instance.
+  settled = false;
+  for (int i = 0; i < 600 && !settled; ++i) {
+    settled = group_settled({a.port(), b.port()}, 4, &why) && a.position_sum("t") + b.position_sum("t") == keys;
+    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE_MESSAGE(settled, why);
+  for (auto port : {a.port(), b.port()}) {
+    http_client c(port);
+    for (int i = 0; i < keys; ++i) {
+      auto key = "key-" + std::to_string(i);
+      auto r = c.get("/v1/stores/t/keys/" + key);
+      REQUIRE(r);
+      ++t.checked;
+      if (r->status != 200 || r->body_json()["value"] != json::parse(model.at(key))) ++t.lost;
+    }
+  }
+  t.notes = "local lookups " + std::to_string(during_rate) + "/s during, " + std::to_string(before_rate) + "/s before";
+  t.report();
+  CHECK(a.terminate() == 0);
+  CHECK(b.terminate() == 0);
+}
+
+TEST_CASE("a peer that answers garbage: forwarded lookups get 503 problem+json, local keys are unaffected") {
+  const int keys = 2000;
+  tally t{"peer answers garbage"};
+  auto topic = unique_name("fault-garbage");
+  create_topic(topic, 4);
+  auto model = write_static(topic, keys);
+  garbage_server junk;
+  auto dir = temp_dir("fault-garbage");
+  auto app = unique_name("fault-garbage-app");
+  kstate_process a(app, {{"t", topic}}, dir + "/a");
+  // B announces the garbage server as its endpoint: A forwards B's keys there.
+  kstate_process b(app, {{"t", topic}}, dir + "/b",
+                   "advertised_endpoint: http://127.0.0.1:" + std::to_string(junk.port()) + "\n");
+  a.start();
+  b.start();
+  bool settled = false;
+  for (int i = 0; i < 600 && !settled; ++i) {
+    // Asked of each instance itself: A's view of B goes through the garbage server.
+    size_t held = 0;
+    bool ready = true;
+    for (auto port : {a.port(), b.port()}) {
+      auto r = http_client(port).get("/readyz");
+      ready = ready && r && r->status == 200 && !r->body_json()["partitions"].empty();
+      if (r && r->status == 200) held += r->body_json()["partitions"].size();
+    }
+    // And A's view of the group names both members and every partition's owner.
+    bool described = false;
+    if (auto r = http_client(a.port()).get("/v1/cluster"); r && r->status == 200) {
+      auto j = r->body_json();
+      described = j["group_state"] == "Stable" && j["instances"].size() == 2 && j["partitions"].size() == 4;
+    }
+    settled = ready && described && held == 4 && a.position_sum("t") + b.position_sum("t") == keys;
+    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE_MESSAGE(settled, "the group did not settle; see " << a.log_path());
+  ++t.runs;
+
+  http_client c(a.port());
+  int64_t forwarded = 0;
+  for (int i = 0; i < keys; ++i) {
+    auto key = "key-" + std::to_string(i);
+    auto r = c.get("/v1/stores/t/keys/" + key);
+    REQUIRE_MESSAGE(r, "A stopped answering; see " << a.log_path());
+    if (r->status == 503) {
+      ++t.unavailable;
+      ++forwarded;
+      CHECK(r->headers["content-type"] == "application/problem+json");
+      CHECK(r->body_json()["error_code"] == 50302);
+      continue;
+    }
+    ++t.checked;
+    if (r->status != 200 || r->body_json()["value"] != json::parse(model.at(key))) {
+      ++t.wrong;
+      if (t.wrong <= 5) MESSAGE(key << ": " << r->status << " " << r->body);
+    }
+  }
+  MESSAGE(forwarded << " lookups forwarded to the garbage peer over " << junk.connections.load() << " connections");
+  CHECK(forwarded > 0);
+  CHECK(junk.connections >= 5);  // every kind of garbage was tried
+  CHECK(::kill(a.pid(), 0) == 0);
+  t.report();
+  CHECK(a.terminate() == 0);
+  CHECK(b.terminate() == 0);
+}
