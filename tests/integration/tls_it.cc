@@ -189,11 +189,20 @@ TEST_CASE("mutual TLS with tokens: no client certificate is refused; instances f
   kstate_process b(app, {{"s", topic}}, dir + "/b", extra);
   a.extra_args(tls_args(certs, "server", true));
   b.extra_args(tls_args(certs, "server", true));
-  a.start();
-  b.start();
   const std::string client = "--cacert '" + certs + "/ca.crt' --cert '" + certs + "/client.crt' --key '" + certs +
                              "/client.key' -H 'Authorization: Bearer " + token + "'";
+  // A alone first, holding every record; B then copies the partitions it takes over
+  // from A over the same mutual-TLS channel as forwarding.
+  a.start();
   wait_ready_tls(a, client);
+  bool a_full = false;
+  for (int i = 0; i < 300 && !a_full; ++i) {
+    auto c = curl(client, url(a, "/v1/stores/s/count"));
+    a_full = c.rc == 0 && c.status == 200 && json::parse(c.body)["count"] == model.size();
+    if (!a_full) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE_MESSAGE(a_full, "A did not read the topic; see " << a.log_path());
+  b.start();
   wait_ready_tls(b, client);
 
   // Without a client certificate the handshake fails, token or not.
@@ -242,6 +251,21 @@ TEST_CASE("mutual TLS with tokens: no client certificate is refused; instances f
   REQUIRE_MESSAGE(count.rc == 0, count.error);
   REQUIRE(count.status == 200);
   CHECK(json::parse(count.body)["count"] == model.size());
+
+  // B's partitions were copied from A over TLS, and B answers every key as the model.
+  {
+    std::ifstream in(b.log_path());
+    std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK_MESSAGE(log.find("installed a copy from https://127.0.0.1:" + std::to_string(a.port())) != std::string::npos,
+                  "no copy over TLS; see " << b.log_path());
+  }
+  for (int i = 0; i < 200; i += 7) {
+    auto key = "k-" + std::to_string(i);
+    auto r = curl(client, url(b, "/v1/stores/s/keys/" + key));
+    REQUIRE_MESSAGE(r.rc == 0, r.error);
+    CHECK_MESSAGE(r.status == 200, key << ": " << r.body);
+    if (r.status == 200) CHECK(json::parse(r.body)["value"] == json::parse(model.at(key)));
+  }
   CHECK(a.terminate() == 0);
   CHECK(b.terminate() == 0);
 }
