@@ -183,7 +183,8 @@ TEST_CASE("mutual TLS with tokens: no client certificate is refused; instances f
     std::ofstream f(dir + "/tokens.yaml");
     f << "tokens:\n  - {name: reader, sha256: " << hash << ", stores: [s], cluster: true}\n";
   }
-  const std::string extra = "auth: {token_file: " + dir + "/tokens.yaml}\n";
+  // Copies of any size: these partitions hold about 50 records each.
+  const std::string extra = "auth: {token_file: " + dir + "/tokens.yaml}\npeer_bootstrap: {min_offsets: 1}\n";
   auto app = unique_name("mtls-app");
   kstate_process a(app, {{"s", topic}}, dir + "/a", extra);
   kstate_process b(app, {{"s", topic}}, dir + "/b", extra);
