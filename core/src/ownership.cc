@@ -101,9 +101,19 @@ bool ownership_registry::serves(const std::string& topic, int32_t partition) con
   return p != it->second.partitions.end() && p->second.assigned && p->second.ready;
 }
 
+void ownership_registry::set_write_failure(std::string why) {
+  std::lock_guard lock(mu_);
+  write_failure_ = std::move(why);
+}
+
+std::string ownership_registry::write_failure() const {
+  std::lock_guard lock(mu_);
+  return write_failure_;
+}
+
 bool ownership_registry::all_ready() const {
   std::lock_guard lock(mu_);
-  if (!joined_) return false;
+  if (!joined_ || !write_failure_.empty()) return false;
   for (const auto& [name, t] : topics_)
     for (const auto& [id, p] : t.partitions)
       if (p.assigned && !p.ready) return false;

@@ -97,6 +97,8 @@ struct engine::impl {
   prometheus::Family<prometheus::Counter>* m_rebalances = nullptr;
   prometheus::Counter* m_paused = nullptr;
   prometheus::Gauge* m_queued_bytes = nullptr;
+  prometheus::Counter* m_write_failures = nullptr;
+  prometheus::Gauge* m_write_stalled = nullptr;
 
   impl(ingest_config c, std::vector<view_def> v, storage::db& d, ownership_registry& o)
       : cfg(std::move(c)), views(std::move(v)), db(d), ownership(o) {}
@@ -391,8 +393,9 @@ struct engine::impl {
     auto started = std::chrono::steady_clock::now();
     if (!b.batch.empty()) {
       auto s = db.write(b.batch);
+      if (!s.ok() && s.code() == status_code::io_error) s = wait_out_write_failure(b, s);
       if (!s.ok()) {
-        set_fatal("RocksDB write failed: " + s.to_string());
+        if (s.code() != status_code::unavailable) set_fatal("RocksDB write failed: " + s.to_string());
         return false;
       }
       ++stats.batches;
@@ -431,6 +434,39 @@ struct engine::impl {
     // Still counts this batch: the stage subtracts it once this returns.
     if (m_queued_bytes) m_queued_bytes->Set(static_cast<double>(writer->pending_bytes() - b.bytes()));
     return true;
+  }
+
+  // A write the state directory refused (disk full, read-only, I/O error): nothing of
+  // the batch was applied, and RocksDB takes no write until it recovers. Ingest stops
+  // applying (the writer's queue fills, then fetching pauses), reads go on from what is
+  // stored, the instance is not ready, and the same batch is tried again every second
+  // until it is written. A stop ends the wait without writing it (unavailable): its
+  // records are read again at the next start. Other failures return as they are.
+  status wait_out_write_failure(built_batch& b, status s) {
+    const auto since = std::chrono::steady_clock::now();
+    log()->error(
+        "RocksDB write failed: {}; applying stops until the state directory takes writes again (reads go on, "
+        "/readyz answers 503, retrying every second)",
+        s.to_string());
+    ownership.set_write_failure(s.to_string());
+    if (m_write_failures) m_write_failures->Increment();
+    if (m_write_stalled) m_write_stalled->Set(1);
+    while (s.code() == status_code::io_error) {
+      for (int i = 0; i < 10 && running; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!running) {
+        s = status::unavailable("stopped while the state directory refused writes");
+        break;
+      }
+      // Resume() fails as long as RocksDB cannot flush; the write then says why.
+      (void)db.resume();
+      s = db.write(b.batch);
+    }
+    ownership.set_write_failure({});
+    if (m_write_stalled) m_write_stalled->Set(0);
+    if (s.ok())
+      log()->info("the state directory takes writes again after {:.1f} s: applying resumes",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
+    return s;
   }
 
   // The periodic work of the ingest thread: commits for monitoring, lag, producer
@@ -691,6 +727,13 @@ engine::engine(ingest_config cfg, std::vector<view_def> views, storage::db& db, 
     impl_->m_queued_bytes =
         &unlabelled_gauge(*metrics, "kstate_ingest_write_queue_bytes",
                           "Bytes of batches read from Kafka that wait for the writer thread or are being written");
+    impl_->m_write_failures =
+        &counter_family(*metrics, "kstate_ingest_write_failures_total",
+                        "Times the state directory refused a write (disk full, read-only): applying stopped until it "
+                        "took the write")
+             .Add({});
+    impl_->m_write_stalled = &unlabelled_gauge(*metrics, "kstate_ingest_write_stalled",
+                                               "1 while the state directory refuses writes and applying waits, else 0");
   }
 }
 

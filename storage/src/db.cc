@@ -380,6 +380,8 @@ write_batch db::new_batch() const {
   return write_batch(std::move(b));
 }
 
+status db::resume() { return from_rocks(impl_->rdb->Resume(), "resume"); }
+
 status db::write(write_batch& batch) {
   rocksdb::WriteOptions wo;
   wo.disableWAL = false;

@@ -17,7 +17,6 @@ inline bool long_run() {
   return s != nullptr && std::string(s) == "long";
 }
 
-
 // One line of the fault table: `scenario | runs | answers checked | wrong | lost |
 // duplicated | 503s | result`.
 struct tally {

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -181,8 +182,8 @@ void check_final(uint16_t port, const std::string& store, const table_model& mod
     REQUIRE(a);
     ++t.checked;
     auto it = model.find(key);
-    const bool ok = it == model.end() ? a->status == 404
-                                      : a->status == 200 && a->body_json()["value"] == json::parse(it->second);
+    const bool ok =
+        it == model.end() ? a->status == 404 : a->status == 200 && a->body_json()["value"] == json::parse(it->second);
     if (!ok) {
       ++t.lost;
       if (t.lost <= 5) MESSAGE("final answer for " << key << ": " << a->status << " " << a->body);
@@ -270,9 +271,10 @@ TEST_CASE("broker restarts (SIGTERM and kill -9) during ingest and queries: ever
   auto table_topic = unique_name("fault-bounce"), count_topic = unique_name("fault-bounce-acct");
   create_topic(table_topic, 4);
   create_topic(count_topic, 4);
-  kstate_process ks(unique_name("fault-bounce-app"),
-                    {{"t", table_topic}, {"c", count_topic, "json", "", "string", "kind: count, group_by: {json: acct}"}},
-                    temp_dir("fault-bounce") + "/state", "processing_guarantee: exactly_once\n");
+  kstate_process ks(
+      unique_name("fault-bounce-app"),
+      {{"t", table_topic}, {"c", count_topic, "json", "", "string", "kind: count, group_by: {json: acct}"}},
+      temp_dir("fault-bounce") + "/state", "processing_guarantee: exactly_once\n");
   ks.start();
   ks.wait_ready();
 
@@ -312,9 +314,10 @@ TEST_CASE("a broker that hangs (SIGSTOP) during ingest, and one that hangs when 
   auto table_topic = unique_name("fault-pause"), count_topic = unique_name("fault-pause-acct");
   create_topic(table_topic, 4);
   create_topic(count_topic, 4);
-  kstate_process ks(unique_name("fault-pause-app"),
-                    {{"t", table_topic}, {"c", count_topic, "json", "", "string", "kind: count, group_by: {json: acct}"}},
-                    temp_dir("fault-pause") + "/state", "processing_guarantee: exactly_once\n");
+  kstate_process ks(
+      unique_name("fault-pause-app"),
+      {{"t", table_topic}, {"c", count_topic, "json", "", "string", "kind: count, group_by: {json: acct}"}},
+      temp_dir("fault-pause") + "/state", "processing_guarantee: exactly_once\n");
 
   // Unreachable at start: kstate starts against a hung broker, stays up, is not ready,
   // and becomes ready once the broker answers.
@@ -505,7 +508,8 @@ class garbage_server {
 
 }  // namespace
 
-TEST_CASE("a peer that hangs (SIGSTOP): forwarded lookups end with 503 within the deadline, local keys keep being served") {
+TEST_CASE(
+    "a peer that hangs (SIGSTOP): forwarded lookups end with 503 within the deadline, local keys keep being served") {
   const int keys = 4000;
   const auto hang = std::chrono::seconds(long_run() ? 60 : 10);
   tally t{"peer hangs"};
@@ -649,4 +653,114 @@ TEST_CASE("a peer that answers garbage: forwarded lookups get 503 problem+json, 
   t.report();
   CHECK(a.terminate() == 0);
   CHECK(b.terminate() == 0);
+}
+
+namespace {
+
+// A small tmpfs mounted for one test, unmounted when it ends.
+struct small_disk {
+  std::string path;
+  // Mounted at `path` (mode 0700: a state directory others may write is refused).
+  explicit small_disk(std::string at, int megabytes) : path(std::move(at)) {
+    std::filesystem::create_directories(path);
+    auto rc = std::system(
+        ("mount -t tmpfs -o size=" + std::to_string(megabytes) + "m,mode=0700 kstate-fault '" + path + "'").c_str());
+    REQUIRE_MESSAGE(rc == 0, "mounting a tmpfs at " << path << " failed (this scenario needs root)");
+  }
+  ~small_disk() { (void)std::system(("umount -l '" + path + "'").c_str()); }
+  // Fills what is left with one file (dd stops at ENOSPC).
+  void fill() const { (void)std::system(("dd if=/dev/zero of='" + path + "/filler' bs=1M 2>/dev/null").c_str()); }
+  void free_space() const { std::filesystem::remove(path + "/filler"); }
+};
+
+}  // namespace
+
+TEST_CASE("disk full: applying stops and says so, reads go on, and ingest resumes by itself when space is freed") {
+  const int keys = 2000;
+  tally t{"disk full"};
+  auto topic = unique_name("fault-disk");
+  create_topic(topic, 2);
+  auto dir = temp_dir("fault-disk");
+  // The state directory is the small disk (its log beside it); 1 MiB memtables, so
+  // that flushes, not only the write-ahead log, need the disk soon.
+  small_disk disk(dir + "/state", 64);
+  kstate_process ks(unique_name("fault-disk-app"), {{"t", topic}}, disk.path, "rocksdb: {write_buffer_mb: 1}\n");
+  ks.start();
+  ks.wait_ready();
+
+  // Before: 4,000 updates applied.
+  record_log log;
+  std::mt19937 rng(8);
+  auto batch = [&](int n, int round) {
+    std::vector<produced> recs;
+    for (int i = 0; i < n; ++i) {
+      produced r{"key-" + std::to_string(rng() % keys), std::nullopt};
+      if (rng() % 20 != 0)
+        r.value = R"({"round":)" + std::to_string(round) + R"(,"pad":")" + std::string(200, 'x') + "\"}";
+      recs.push_back(std::move(r));
+    }
+    log.add(recs, produce_bytes(topic, recs));
+  };
+  batch(4000, 0);
+  for (int i = 0; i < 300 && ks.position_sum("t") < 4000; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(ks.position_sum("t") == 4000);
+
+  // The disk fills up; more records arrive. Applying stops with a metric and a 503 from
+  // /readyz naming the cause, and lookups keep answering what is stored.
+  disk.fill();
+  ++t.runs;
+  reader r({ks.port()}, keys, "t");
+  // Until a write fails: space RocksDB reserved earlier (its log's preallocation) takes
+  // the first records.
+  int64_t total = 4000;
+  bool stalled = false;
+  for (int round = 1; round <= 20 && !stalled; ++round) {
+    batch(4000, round);
+    total += 4000;
+    for (int i = 0; i < 50 && !stalled; ++i) {
+      stalled = ks.metric_sum("kstate_ingest_write_stalled") == 1;
+      if (!stalled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  REQUIRE_MESSAGE(stalled, "no write failure reported; see " << ks.log_path());
+  CHECK(ks.metric_sum("kstate_ingest_write_failures_total") >= 1);
+  {
+    http_client c(ks.port());
+    auto ready = c.get("/readyz");
+    REQUIRE(ready);
+    CHECK(ready->status == 503);
+    CHECK(ready->body_json().value("write_failure", "").find("No space") != std::string::npos);
+    auto live = c.get("/livez");
+    REQUIRE(live);
+    CHECK(live->status == 200);
+  }
+  const int64_t applied_while_full = ks.position_sum("t");
+  std::this_thread::sleep_for(std::chrono::seconds(long_run() ? 60 : 3));
+  CHECK(::kill(ks.pid(), 0) == 0);
+  CHECK(ks.position_sum("t") == applied_while_full);  // nothing applied while full
+  CHECK(applied_while_full < total);
+
+  // Space comes back: ingest resumes by itself and catches up.
+  disk.free_space();
+  for (int i = 0; i < 600 && ks.position_sum("t") < total; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE_MESSAGE(ks.position_sum("t") == total, "ingest did not resume; see " << ks.log_path());
+  r.finish();
+  CHECK(ks.metric_sum("kstate_ingest_write_stalled") == 0);
+  ks.wait_ready(std::chrono::seconds(30));
+
+  check_answers(r.seen, log, t);
+  auto model = log.model();
+  check_final(ks.port(), "t", model, keys, t);
+  // What was written survives a restart.
+  CHECK(ks.terminate() == 0);
+  ks.start();
+  ks.wait_ready();
+  CHECK(ks.position_sum("t") == total);
+  check_final(ks.port(), "t", model, keys, t);
+  t.notes = "applied " + std::to_string(applied_while_full) + " of " + std::to_string(total) +
+            " records before the disk was freed";
+  t.report();
+  CHECK(ks.terminate() == 0);
 }

@@ -461,6 +461,28 @@ TEST_CASE("readyz: an anonymous probe sees readiness, not topics; a cluster toke
   CHECK(ops.body_json()["partitions"].size() == 4);
 }
 
+TEST_CASE("readyz: a state directory that refuses writes makes the instance unready, and says why; reads go on") {
+  node n;
+  n.put("k1", R"({"v":1})");
+  n.build();
+  REQUIRE(n.get("/readyz").status == 200);
+  const auto before = n.get("/v1/stores/s/keys/k1");
+  REQUIRE(before.status == 200);
+  n.ownership.set_write_failure("write: IO error: No space left on device");
+  auto r = n.get("/readyz");
+  CHECK(r.status == 503);
+  CHECK(r.body_json()["ready"] == false);
+  CHECK(r.body_json()["write_failure"] == "write: IO error: No space left on device");
+  // Lookups are answered as before, from what is stored.
+  const auto during = n.get("/v1/stores/s/keys/k1");
+  CHECK(during.status == before.status);
+  CHECK(during.body == before.body);
+  n.ownership.set_write_failure({});
+  r = n.get("/readyz");
+  CHECK(r.status == 200);
+  CHECK_FALSE(r.body_json().contains("write_failure"));
+}
+
 TEST_CASE("readyz and the store description show how far a partition catching up is, and when it should be done") {
   node n({0, 1, 2});
   // Partition 3 assigned at offset 1,000 with its end at 5,000; 1,000 offsets applied.

@@ -84,15 +84,20 @@ class ownership_registry {
   int32_t partition_count(const std::string& topic) const;
   // True when the partition is assigned here and has caught up.
   bool serves(const std::string& topic, int32_t partition) const;
-  // True when every assigned partition of every topic has caught up, and the consumer
-  // has joined its group (mark_joined).
+  // True when every assigned partition of every topic has caught up, the consumer has
+  // joined its group (mark_joined), and ingest can write (no write failure).
   bool all_ready() const;
   // Increments on every assignment change; lets readers notice a rebalance.
   uint64_t generation() const;
+  // Why ingest cannot write the state directory (disk full, read-only), while it
+  // cannot; empty once writes work again. Reads go on; the instance is not ready.
+  void set_write_failure(std::string why);
+  std::string write_failure() const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::string, topic_state> topics_;
+  std::string write_failure_;
   bool joined_ = false;
   uint64_t generation_ = 0;
 };

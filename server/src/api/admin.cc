@@ -95,6 +95,8 @@ outcome readyz(const state& st, const call& c) {
   const bool drain = draining(st);
   const bool ready = !drain && st.ctx.ownership->all_ready();
   json body{{"ready", ready}, {"draining", drain}};
+  // Ingest cannot write the state directory: the cause, for whoever looks at why.
+  if (auto why = st.ctx.ownership->write_failure(); !why.empty()) body["write_failure"] = std::move(why);
   // The partitions (and so the topic names) only for whoever may read the cluster view:
   // an anonymous probe needs the status and nothing else.
   bool details = !st.ctx.auth;

@@ -255,6 +255,9 @@ class db {
   // Applies the batch atomically, WAL on. After it returns, a process crash (kill -9)
   // keeps the whole batch; a crash before it keeps none of it.
   status write(write_batch& batch);
+  // After a failed write (disk full, read-only directory), RocksDB refuses writes until
+  // it recovers: this asks it to (flushing what it holds). ok when writes work again.
+  status resume();
 
   // The stored position of a view's partition: the next offset to consume, or nullopt
   // when the partition has never been applied.
