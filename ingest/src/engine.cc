@@ -68,6 +68,8 @@ struct engine::impl {
   std::atomic<bool> aborting{false};
   // Set with `fatal`: nothing more is written once the engine failed.
   std::atomic<bool> failed{false};
+  // The fatal error is the group fencing this static member (FENCED_INSTANCE_ID).
+  std::atomic<bool> fenced{false};
   // A stop interrupted the delivery of the pending batch's dead letters: that batch, and
   // anything after it, is never written (the next start reads its records again).
   bool abandoned = false;
@@ -695,7 +697,11 @@ struct engine::impl {
       if (auto r = agg->stop_restore(); !r.ok()) set_fatal("ending a restore: " + r.to_string());
     // Failures of the hooks were reported where they happened; what is left is the
     // consumer's own fatal error.
-    if (!s.ok() && !failed && !abandoned) set_fatal(s.message());
+    if (!s.ok() && !failed && !abandoned) {
+      char why[512];
+      if (rd_kafka_fatal_error(consumer, why, sizeof why) == RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID) fenced = true;
+      set_fatal(s.message());
+    }
   }
 };
 
@@ -817,6 +823,8 @@ void engine::stop() {
 void engine::abort_start() { impl_->aborting = true; }
 
 const ingest_stats& engine::stats() const { return impl_->stats; }
+
+bool engine::fenced() const { return impl_->fenced; }
 
 std::string engine::fatal_error() const {
   std::lock_guard lock(impl_->fatal_mu);

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -106,9 +107,49 @@ struct app::impl {
   // Reads the group's secret from Kafka until it has it or the app stops.
   std::thread secret_reader;
   bool secret_reader_stop = false;  // guarded by mu
+  // When the group fenced this member and a new consumer rejoined (wait()'s thread).
+  std::deque<std::chrono::steady_clock::time_point> rejoins;
 
   void read_secret_until_known();
+  status start_ingest();
+  // After the group fenced this member: the failed engine stops (its unwritten batch is
+  // read again), a new one on the same stores rejoins. At most 5 times in 10 minutes:
+  // beyond, another instance really uses this group.instance.id, and the instance stops.
+  bool rejoin();
 };
+
+status app::impl::start_ingest() {
+  ingest = std::make_unique<ingest::engine>(cfg.ingest, cfg.views, *db, ownership, metrics.get(), &notifier);
+  {
+    std::lock_guard lock(mu);
+    if (stop_requested) return status::unavailable("stop requested during start");
+    starting_ingest = ingest.get();
+  }
+  auto started = ingest->start();
+  std::lock_guard lock(mu);
+  starting_ingest = nullptr;
+  return started;
+}
+
+bool app::impl::rejoin() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!rejoins.empty() && now - rejoins.front() > std::chrono::minutes(10)) rejoins.pop_front();
+  if (rejoins.size() >= 5) return false;
+  rejoins.push_back(now);
+  server_log()->warn(
+      "the consumer group fenced this member ({}): it lost its session (a broker or coordinator unreachable for longer "
+      "than session.timeout.ms) and rejoined, or another instance uses the same group.instance.id; rejoining with a "
+      "new consumer (rejoin {} of at most 5 in 10 minutes)",
+      ingest->fatal_error(), rejoins.size());
+  ingest->stop();
+  auto started = start_ingest();
+  if (!started.ok()) {
+    server_log()->critical("rejoining the group failed: {}", started.to_string());
+    return false;
+  }
+  server_log()->info("rejoined the group with a new consumer");
+  return true;
+}
 
 void app::impl::read_secret_until_known() {
   // Each attempt is bounded, so a stop waits for at most one of them.
@@ -307,19 +348,7 @@ status app::start() {
         server_log()->critical("reading the secret shared with the other instances stopped: {}", *why);
     });
   }
-  i.ingest =
-      std::make_unique<ingest::engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.metrics.get(), &i.notifier);
-  {
-    std::lock_guard lock(i.mu);
-    if (i.stop_requested) return status::unavailable("stop requested during start");
-    i.starting_ingest = i.ingest.get();
-  }
-  auto started = i.ingest->start();
-  {
-    std::lock_guard lock(i.mu);
-    i.starting_ingest = nullptr;
-  }
-  if (!started.ok()) return started;
+  if (auto started = i.start_ingest(); !started.ok()) return started;
   {
     // Usually read by now; give it a moment more, so that a started instance forwards.
     std::unique_lock lock(i.mu);
@@ -366,6 +395,14 @@ int app::wait() {
   for (;;) {
     if (impl_->stop_requested) return 0;
     if (!fatal_error().empty()) {
+      if (impl_->ingest->fenced()) {
+        lock.unlock();
+        const bool rejoined = impl_->rejoin();
+        lock.lock();
+        if (impl_->stop_requested) return 0;
+        if (rejoined) continue;
+        if (fatal_error().empty()) return 1;  // a new consumer failed to start, and said why
+      }
       server_log()->critical("ingest stopped: {}", fatal_error());
       return 1;
     }

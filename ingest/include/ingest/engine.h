@@ -146,6 +146,12 @@ class engine {
   const ingest_stats& stats() const;
   // Fatal error that stopped the loop (empty while healthy).
   std::string fatal_error() const;
+  // True when that error is the group fencing this static member
+  // (FENCED_INSTANCE_ID): librdkafka rejoins with a new member id after losing its
+  // session (a broker or coordinator outage longer than session.timeout.ms), and an
+  // OffsetCommit or heartbeat still carrying the old one is fenced. The consumer is
+  // then unusable, but a new engine on the same stores can rejoin.
+  bool fenced() const;
 
  private:
   struct impl;
