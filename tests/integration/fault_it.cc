@@ -764,3 +764,79 @@ TEST_CASE("disk full: applying stops and says so, reads go on, and ingest resume
   t.report();
   CHECK(ks.terminate() == 0);
 }
+
+TEST_CASE("membership churn under load: instances started, stopped and killed while records and lookups flow") {
+  const int keys = 2000;
+  const auto period = std::chrono::seconds(long_run() ? 30 : 8);
+  const int events = long_run() ? 20 : 6;
+  tally t{"membership churn"};
+  auto table_topic = unique_name("fault-churn"), count_topic = unique_name("fault-churn-acct");
+  create_topic(table_topic, 6);
+  create_topic(count_topic, 6);
+  auto dir = temp_dir("fault-churn");
+  auto app = unique_name("fault-churn-app");
+  const std::vector<kstate_process::view> views{
+      {"t", table_topic}, {"c", count_topic, "json", "", "string", "kind: count, group_by: {json: acct}"}};
+  std::vector<std::unique_ptr<kstate_process>> nodes;
+  for (const char* name : {"a", "b", "c"})
+    nodes.push_back(
+        std::make_unique<kstate_process>(app, views, dir + "/" + name, "processing_guarantee: exactly_once\n"));
+  nodes[0]->start();
+  nodes[1]->start();
+  nodes[0]->wait_ready();
+  nodes[1]->wait_ready();
+
+  load l(table_topic, count_topic, keys);
+  l.start(1000);
+  reader r({nodes[0]->port(), nodes[1]->port(), nodes[2]->port()}, keys, "t");
+  // In turn: start the one that is down, SIGTERM one, start it again, kill -9 one.
+  std::mt19937 rng(13);
+  for (int e = 0; e < events; ++e) {
+    std::this_thread::sleep_for(period);
+    std::vector<size_t> up, down;
+    for (size_t i = 0; i < nodes.size(); ++i) (nodes[i]->running() ? up : down).push_back(i);
+    if (!down.empty() && (e % 2 == 0 || up.size() < 2)) {
+      auto& n = *nodes[down[rng() % down.size()]];
+      MESSAGE("churn " << e + 1 << ": start " << n.port());
+      n.start();
+    } else {
+      auto& n = *nodes[up[rng() % up.size()]];
+      const bool kill = e % 4 == 3;
+      MESSAGE("churn " << e + 1 << ": " << (kill ? "kill -9 " : "SIGTERM ") << n.port());
+      if (kill) n.kill9();
+      else CHECK(n.terminate() == 0);
+    }
+    ++t.runs;
+  }
+  l.finish();
+  // Everyone back; the group settles with every partition held once (none stuck), and
+  // every instance reaches the end.
+  for (auto& n : nodes)
+    if (!n->running()) n->start();
+  std::vector<uint16_t> ports;
+  for (auto& n : nodes) ports.push_back(n->port());
+  std::string why;
+  bool settled = false;
+  const auto total = static_cast<int64_t>(l.table_log.size());
+  for (int i = 0; i < 1200 && !settled; ++i) {
+    int64_t applied = 0;
+    for (auto& n : nodes) applied += std::max<int64_t>(0, n->position_sum("t"));
+    settled = group_settled(ports, 6 + 6 + 6, &why) && applied == total;
+    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  r.finish();
+  REQUIRE_MESSAGE(settled, "not settled after the churn: " << why);
+  CHECK(wait_total(nodes[0]->port(), "c", l.accounts_total, std::chrono::seconds(120)) == l.accounts_total);
+
+  check_answers(r.seen, l.table_log, t);
+  check_final(nodes[1]->port(), "t", l.table_log.model(), keys, t);
+  check_counts(nodes[2]->port(), "c", l.per_account, t);
+  const double answered = static_cast<double>(r.seen.size());
+  char share[32];
+  std::snprintf(share, sizeof share, "%.1f%%",
+                answered > 0 ? 100.0 * static_cast<double>(t.unavailable) / answered : 0);
+  t.notes = std::to_string(total) + " table records, " + std::to_string(l.accounts_total) + " counted, " + share +
+            " of lookups 503, " + std::to_string(r.refused) + " refused by a stopped instance";
+  t.report();
+  for (auto& n : nodes) CHECK(n->terminate() == 0);
+}
