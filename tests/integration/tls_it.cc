@@ -227,6 +227,16 @@ TEST_CASE("mutual TLS with tokens: no client certificate is refused; instances f
                 j["partitions"].size() == static_cast<size_t>(partitions);
       for (const auto& inst : j["instances"]) settled = settled && inst["ready"] == true;
     }
+    // And each instance holds its part itself: B takes its partitions only once their
+    // copy is installed, while the group already names it their owner.
+    size_t held = 0;
+    for (auto* k : {&a, &b}) {
+      auto rz = curl(client, url(*k, "/readyz"));
+      const bool holds = rz.rc == 0 && rz.status == 200 && !json::parse(rz.body)["partitions"].empty();
+      settled = settled && holds;
+      if (holds) held += json::parse(rz.body)["partitions"].size();
+    }
+    settled = settled && held == static_cast<size_t>(partitions);
     if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   REQUIRE_MESSAGE(settled, "the group did not settle; see " << a.log_path());
