@@ -161,7 +161,19 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
   source best;
   for (auto& [endpoint, f] : probes) {
     auto r = f.get();
-    if (!r.ok() || r->status != 200) continue;
+    // 503: that instance is starting (it cannot check signed requests until it has read
+    // the group's secret) or busy. Asked again for a while, or a copy an instance is
+    // about to be able to send would be given up for a full rebuild.
+    const auto give_up = std::min(deadline, clock_type::now() + std::chrono::seconds(10));
+    while (r.ok() && r->status == 503 && !stopping_ && clock_type::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      r = send(endpoint, request("GET", base, clock_type::now() + std::chrono::seconds(5))).get();
+    }
+    if (!r.ok() || r->status != 200) {
+      server_log()->info("store {} partition {}: {} has no copy to offer ({})", v.name, partition, endpoint,
+                         r.ok() ? "status " + std::to_string(r->status) : r.error().message());
+      continue;
+    }
     auto j = nlohmann::json::parse(r->body, nullptr, false);
     auto positions = positions_from(j);
     if (!positions) continue;
