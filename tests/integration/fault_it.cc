@@ -262,6 +262,23 @@ void wait_caught_up(kstate_process& ks, int64_t records, int64_t accounts, std::
 
 std::string kafka_script() { return std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka"; }
 
+// The end of the broker scenarios: two more batches after the last fault, the load and
+// the reader stopped, the instance caught up; then every answer given during the
+// faults, every key and every count checked, and the line reported.
+void finish_and_check(kstate_process& ks, load& l, reader& r, int keys, tally& t) {
+  const int after = l.batches + 2;
+  while (l.batches < after) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  l.finish();
+  wait_caught_up(ks, static_cast<int64_t>(l.table_log.size()), l.accounts_total, std::chrono::seconds(180));
+  r.finish();
+  check_answers(r.seen, l.table_log, t);
+  check_final(ks.port(), "t", l.table_log.model(), keys, t);
+  check_counts(ks.port(), "c", l.per_account, t);
+  t.notes = std::to_string(l.table_log.size()) + " table records, " + std::to_string(l.accounts_total) + " counted";
+  t.report();
+  CHECK(ks.terminate() == 0);
+}
+
 }  // namespace
 
 TEST_CASE("broker restarts (SIGTERM and kill -9) during ingest and queries: every answer exact, nothing lost") {
@@ -292,18 +309,7 @@ TEST_CASE("broker restarts (SIGTERM and kill -9) during ingest and queries: ever
     REQUIRE_MESSAGE(::kill(ks.pid(), 0) == 0, "kstate exited; see " << ks.log_path());
   }
   // Ingest goes on after the last restart.
-  const int after = l.batches + 2;
-  while (l.batches < after) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  l.finish();
-  wait_caught_up(ks, static_cast<int64_t>(l.table_log.size()), l.accounts_total, std::chrono::seconds(180));
-  r.finish();
-
-  check_answers(r.seen, l.table_log, t);
-  check_final(ks.port(), "t", l.table_log.model(), keys, t);
-  check_counts(ks.port(), "c", l.per_account, t);
-  t.notes = std::to_string(l.table_log.size()) + " table records, " + std::to_string(l.accounts_total) + " counted";
-  t.report();
-  CHECK(ks.terminate() == 0);
+  finish_and_check(ks, l, r, keys, t);
 }
 
 TEST_CASE("a broker that hangs (SIGSTOP) during ingest, and one that hangs when kstate starts") {
@@ -355,18 +361,7 @@ TEST_CASE("a broker that hangs (SIGSTOP) during ingest, and one that hangs when 
     sh(kafka_script() + " resume");
     REQUIRE_MESSAGE(::kill(ks.pid(), 0) == 0, "kstate exited; see " << ks.log_path());
   }
-  const int after = l.batches + 2;
-  while (l.batches < after) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  l.finish();
-  wait_caught_up(ks, static_cast<int64_t>(l.table_log.size()), l.accounts_total, std::chrono::seconds(180));
-  r.finish();
-
-  check_answers(r.seen, l.table_log, t);
-  check_final(ks.port(), "t", l.table_log.model(), keys, t);
-  check_counts(ks.port(), "c", l.per_account, t);
-  t.notes = std::to_string(l.table_log.size()) + " table records, " + std::to_string(l.accounts_total) + " counted";
-  t.report();
-  CHECK(ks.terminate() == 0);
+  finish_and_check(ks, l, r, keys, t);
 }
 
 namespace {
