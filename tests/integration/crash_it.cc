@@ -12,24 +12,6 @@
 
 using namespace kstate::testing;
 
-namespace {
-
-// Waits until the instance owns partitions (the group assigned them) or gives up.
-bool wait_assigned(kstate_process& ks, std::chrono::seconds timeout) {
-  http_client c(ks.port());
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto a = c.get("/readyz");
-    if (!a) continue;
-    auto body = a->body_json();
-    if (!body["partitions"].empty()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
-}  // namespace
-
 // The long version (scripts/chaos): 10,000,000 records and at least 50 kills.
 TEST_CASE("kill -9 during ingest of 1,000,000 records: the final state equals the model exactly") {
   const int total = long_run() ? 10'000'000 : 1'000'000, keys = 100'000, chunks = long_run() ? 50 : 10, partitions = 6,
