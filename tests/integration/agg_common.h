@@ -62,10 +62,11 @@ inline corpus make_corpus(int lines, int vocabulary, uint32_t seed) {
   return c;
 }
 
-// Every key and value of a store, read with paginated ranges from one instance.
-inline std::map<std::string, json> read_store(uint16_t port, const std::string& store) {
+// Every key and value of a store, read with paginated ranges from one instance (on
+// `host`, 127.0.0.1 when not given).
+inline std::map<std::string, json> read_store(const std::string& host, uint16_t port, const std::string& store) {
   std::map<std::string, json> out;
-  http_client c(port);
+  http_client c(host, port);
   std::string cursor;
   for (;;) {
     auto a = c.get("/v1/stores/" + store + "/keys?limit=1000" + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
@@ -78,9 +79,13 @@ inline std::map<std::string, json> read_store(uint16_t port, const std::string& 
   return out;
 }
 
+inline std::map<std::string, json> read_store(uint16_t port, const std::string& store) {
+  return read_store("127.0.0.1", port, store);
+}
+
 // Sum of a store's numeric values (whole store over HTTP); -1 when unavailable.
-inline int64_t store_total(uint16_t port, const std::string& store) {
-  auto all = read_store(port, store);
+inline int64_t store_total(const std::string& host, uint16_t port, const std::string& store) {
+  auto all = read_store(host, port, store);
   if (all.empty()) return -1;
   int64_t sum = 0;
   for (const auto& [k, v] : all)
@@ -88,21 +93,27 @@ inline int64_t store_total(uint16_t port, const std::string& store) {
   return sum;
 }
 
+inline int64_t store_total(uint16_t port, const std::string& store) { return store_total("127.0.0.1", port, store); }
+
 // Waits until the store's values add up to at least `expected` (or the deadline).
 // Exactness is asserted by the caller, key by key: this only waits for the end.
-inline int64_t wait_total(uint16_t port, const std::string& store, int64_t expected, std::chrono::seconds timeout) {
+inline int64_t wait_total(const std::string& host, uint16_t port, const std::string& store, int64_t expected,
+                          std::chrono::seconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   int64_t got = -1;
   while (std::chrono::steady_clock::now() < deadline) {
-    got = store_total(port, store);
+    got = store_total(host, port, store);
     if (got >= expected) {
       // Settle: a further batch in flight would still show up here.
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      return store_total(port, store);
+      return store_total(host, port, store);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return got;
+}
+inline int64_t wait_total(uint16_t port, const std::string& store, int64_t expected, std::chrono::seconds timeout) {
+  return wait_total("127.0.0.1", port, store, expected, timeout);
 }
 
 // Sum of the series of a metric whose labels contain `label` (e.g. topic="x").

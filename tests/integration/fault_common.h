@@ -106,12 +106,16 @@ struct observation {
   json body;
 };
 
-// Looks up random keys on `ports` in a loop until `stop`, keeping every answer.
+// Looks up random keys on the instances at `at` in a loop until `stop`, keeping every
+// answer.
 class reader {
  public:
-  reader(std::vector<uint16_t> ports, int keys, const std::string& store) : ports_(std::move(ports)), keys_(keys) {
+  reader(int keys, const std::string& store, std::vector<http_address> at) : at_(std::move(at)), keys_(keys) {
     thread_ = std::thread([this, store] { run(store); });
   }
+  // Instances on loopback.
+  reader(const std::vector<uint16_t>& ports, int keys, const std::string& store)
+      : reader(keys, store, on_loopback(ports)) {}
   ~reader() { finish(); }
   void finish() {
     stop_ = true;
@@ -124,7 +128,7 @@ class reader {
   void run(const std::string& store) {
     std::mt19937 rng(3);
     std::vector<std::unique_ptr<http_client>> clients;
-    for (auto p : ports_) clients.push_back(std::make_unique<http_client>(p));
+    for (const auto& a : at_) clients.push_back(std::make_unique<http_client>(a.host, a.port));
     while (!stop_) {
       auto key = "key-" + std::to_string(rng() % keys_);
       auto& c = *clients[rng() % clients.size()];
@@ -140,7 +144,12 @@ class reader {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
-  std::vector<uint16_t> ports_;
+  static std::vector<http_address> on_loopback(const std::vector<uint16_t>& ports) {
+    std::vector<http_address> at;
+    for (auto p : ports) at.push_back({"127.0.0.1", p});
+    return at;
+  }
+  std::vector<http_address> at_;
   int keys_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -185,8 +194,9 @@ inline void check_answers(const std::vector<observation>& seen, record_log& log,
 
 // Every key of the model read once more at the end: a missing or different value is an
 // acknowledged update lost.
-inline void check_final(uint16_t port, const std::string& store, const table_model& model, int keys, tally& t) {
-  http_client c(port);
+inline void check_final(const std::string& host, uint16_t port, const std::string& store, const table_model& model,
+                        int keys, tally& t) {
+  http_client c(host, port);
   for (int k = 0; k < keys; ++k) {
     auto key = "key-" + std::to_string(k);
     auto a = c.get("/v1/stores/" + store + "/keys/" + key);
@@ -202,10 +212,14 @@ inline void check_final(uint16_t port, const std::string& store, const table_mod
   }
 }
 
+inline void check_final(uint16_t port, const std::string& store, const table_model& model, int keys, tally& t) {
+  check_final("127.0.0.1", port, store, model, keys, t);
+}
+
 // Counts per account against the recount: below it is lost, above it counted twice.
-inline void check_counts(uint16_t port, const std::string& store, const std::map<std::string, int64_t>& want,
-                         tally& t) {
-  auto got = read_store(port, store);
+inline void check_counts(const std::string& host, uint16_t port, const std::string& store,
+                         const std::map<std::string, int64_t>& want, tally& t) {
+  auto got = read_store(host, port, store);
   for (const auto& [k, n] : want) {
     ++t.checked;
     auto it = got.find(k);
@@ -215,6 +229,10 @@ inline void check_counts(uint16_t port, const std::string& store, const std::map
   }
   for (const auto& [k, v] : got)
     if (!want.count(k)) t.duplicated += v.get<int64_t>();
+}
+inline void check_counts(uint16_t port, const std::string& store, const std::map<std::string, int64_t>& want,
+                         tally& t) {
+  check_counts("127.0.0.1", port, store, want, t);
 }
 
 // A producer of table updates (key-N, 5% deletions) and of account records for the
@@ -231,6 +249,8 @@ struct load {
   std::thread thread;
 
   load(std::string t, std::string c, int k) : table_topic(std::move(t)), count_topic(std::move(c)), keys(k) {}
+  // A case that ends early (a failed REQUIRE) stops the producer too.
+  ~load() { finish(); }
   void start(int batch_size) {
     thread = std::thread([this, batch_size] {
       std::mt19937 rng(21);
@@ -268,7 +288,7 @@ inline void wait_caught_up(kstate_process& ks, int64_t records, int64_t accounts
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   REQUIRE_MESSAGE(ks.position_sum("t") == records, "the table did not catch up; see " << ks.log_path());
   const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - std::chrono::steady_clock::now());
-  CHECK_MESSAGE(wait_total(ks.port(), "c", accounts, std::max(left, std::chrono::seconds(10))) == accounts,
+  CHECK_MESSAGE(wait_total(ks.host(), ks.port(), "c", accounts, std::max(left, std::chrono::seconds(10))) == accounts,
                 "the count did not catch up; see " << ks.log_path());
 }
 

@@ -248,7 +248,7 @@ bool http_client::connect() {
   fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE_MESSAGE(::inet_pton(AF_INET, host_.c_str(), &a.sin_addr) == 1, "not an IPv4 address: " << host_);
   a.sin_port = htons(port_);
   if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     close();
@@ -268,14 +268,14 @@ void http_client::close() {
 
 std::optional<http_answer> http_client::get(const std::string& target,
                                             const std::vector<std::pair<std::string, std::string>>& headers) {
-  std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
+  std::string req = "GET " + target + " HTTP/1.1\r\nHost: " + host_ + "\r\nConnection: keep-alive\r\n";
   for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
   return raw(req + "\r\n");
 }
 
 std::optional<http_answer> http_client::post(const std::string& target, const std::string& content_type,
                                              const std::string& body) {
-  return raw("POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: " + content_type +
+  return raw("POST " + target + " HTTP/1.1\r\nHost: " + host_ + "\r\nContent-Type: " + content_type +
              "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
 }
 
@@ -361,17 +361,17 @@ std::string pct(const std::string& s) {
 }
 
 kstate_process::kstate_process(std::string application_id, std::vector<view> views, std::string state_dir,
-                               std::string extra_yaml)
-    : state_dir_(std::move(state_dir)) {
+                               std::string extra_yaml, placement where)
+    : state_dir_(std::move(state_dir)), where_(std::move(where)) {
   port_ = free_port();
   // Named after the state directory: instances of one application differ by it.
   config_path_ = state_dir_ + ".yaml";
   log_ = state_dir_ + ".log";
   std::ofstream cfg(config_path_);
   cfg << "application_id: " << application_id << "\n"
-      << "bootstrap_servers: " << bootstrap() << "\n"
+      << "bootstrap_servers: " << (where_.bootstrap.empty() ? bootstrap() : where_.bootstrap) << "\n"
       << "state_dir: " << state_dir_ << "\n"
-      << "http: {listen: \"127.0.0.1:" << port_ << "\", threads: 2}\n"
+      << "http: {listen: \"" << where_.host << ":" << port_ << "\", threads: 2}\n"
       << "ingest: {commit_interval_ms: 200}\n"
       << "kafka: {session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\"}\n"
       << extra_yaml << "views:\n";
@@ -395,17 +395,19 @@ void kstate_process::start() {
   if (pid_ == 0) {
     FILE* f = std::freopen(log_.c_str(), "a", stdout);
     if (f) ::dup2(::fileno(stdout), 2);
-    std::vector<const char*> argv{KSTATE_BINARY, "--config", config_path_.c_str()};
+    std::vector<const char*> argv;
+    if (!where_.netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", where_.netns.c_str()};
+    for (const char* a : {KSTATE_BINARY, "--config", config_path_.c_str()}) argv.push_back(a);
     for (const auto& a : args_) argv.push_back(a.c_str());
     argv.push_back(nullptr);
-    ::execv(KSTATE_BINARY, const_cast<char* const*>(argv.data()));
+    ::execv(argv[0], const_cast<char* const*>(argv.data()));
     std::_Exit(127);
   }
 }
 
 void kstate_process::wait_ready(std::chrono::seconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  http_client c(port_);
+  http_client c(where_.host, port_);
   for (;;) {
     auto a = c.get("/readyz");
     if (a && a->status == 200) return;
@@ -452,7 +454,7 @@ int kstate_process::wait_exit(std::chrono::seconds timeout) {
 }
 
 double kstate_process::metric_sum(const std::string& name) {
-  http_client c(port_);
+  http_client c(where_.host, port_);
   auto a = c.get("/metrics");
   REQUIRE(a);
   REQUIRE(a->status == 200);
@@ -469,7 +471,7 @@ double kstate_process::metric_sum(const std::string& name) {
 }
 
 int64_t kstate_process::position_sum(const std::string& store) {
-  http_client c(port_);
+  http_client c(where_.host, port_);
   auto a = c.get("/v1/stores/" + store);
   if (!a || a->status != 200) return -1;
   int64_t sum = 0;
@@ -495,6 +497,12 @@ bool cluster_settled(uint16_t port, size_t members, int partitions, const std::s
 }
 
 bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::string* why) {
+  std::vector<http_address> at;
+  for (auto port : ports) at.push_back({"127.0.0.1", port});
+  return group_settled(at, partitions, why);
+}
+
+bool group_settled(const std::vector<http_address>& at, int partitions, std::string* why) {
   auto no = [&](std::string reason) {
     if (why) *why = std::move(reason);
     return false;
@@ -503,12 +511,13 @@ bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::stri
   std::map<std::string, held_set> held;  // endpoint -> what it holds, by its /readyz
   std::vector<json> views;
   size_t total = 0;
-  for (auto port : ports) {
-    http_client c(port);
+  for (const auto& [host, port] : at) {
+    http_client c(host, port);
+    const auto name = host + ":" + std::to_string(port);
     auto ready = c.get("/readyz");
-    if (!ready || ready->status != 200) return no(std::to_string(port) + ": /readyz not 200");
+    if (!ready || ready->status != 200) return no(name + ": /readyz not 200");
     auto cluster = c.get("/v1/cluster");
-    if (!cluster || cluster->status != 200) return no(std::to_string(port) + ": /v1/cluster not 200");
+    if (!cluster || cluster->status != 200) return no(name + ": /v1/cluster not 200");
     auto view = cluster->body_json();
     held_set mine;
     const auto readiness = ready->body_json();  // named: a temporary would die before the loop's body

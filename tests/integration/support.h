@@ -73,6 +73,12 @@ struct consumed {
 };
 std::vector<consumed> consume_all(const std::string& topic, size_t expected);
 
+// An instance's HTTP address: host (an IPv4 address) and port.
+struct http_address {
+  std::string host;
+  uint16_t port;
+};
+
 // A minimal HTTP/1.1 client with one keep-alive connection.
 struct http_answer {
   int status = 0;
@@ -86,6 +92,8 @@ http_answer parse_answer_head(const std::string& head);
 class http_client {
  public:
   explicit http_client(uint16_t port) : port_(port) {}
+  // An instance on another host (an IPv4 address, e.g. in a network namespace).
+  http_client(std::string host, uint16_t port) : host_(std::move(host)), port_(port) {}
   ~http_client();
   // nullopt when the connection failed (server down).
   std::optional<http_answer> get(const std::string& target,
@@ -97,6 +105,7 @@ class http_client {
  private:
   bool connect();
   void close();
+  std::string host_ = "127.0.0.1";
   uint16_t port_;
   int fd_ = -1;
 };
@@ -112,6 +121,16 @@ std::string peer_signature(const std::string& secret, const std::string& method,
 // Percent-encodes every byte outside the unreserved set (RFC 3986).
 std::string pct(const std::string& s);
 
+// Where a kstate_process runs: by default on loopback against the test broker. In a
+// network namespace (network-partition tests), it listens on `host` (an address of the
+// namespace, which is then its advertised endpoint too) and is started under
+// `ip netns exec <netns>`, which execs kstate: pid() is kstate's own.
+struct process_placement {
+  std::string netns;               // empty: the caller's namespace
+  std::string host = "127.0.0.1";  // listen address
+  std::string bootstrap;           // empty: bootstrap()
+};
+
 // A kstate process with its own config, state directory and log.
 class kstate_process {
  public:
@@ -124,9 +143,10 @@ class kstate_process {
     // More keys of the view's flow mapping, e.g. "kind: count, group_by: words".
     std::string extra;
   };
+  using placement = process_placement;
   // `extra_yaml` is appended to the generated config (top-level keys).
   kstate_process(std::string application_id, std::vector<view> views, std::string state_dir,
-                 std::string extra_yaml = {});
+                 std::string extra_yaml = {}, placement where = {});
   ~kstate_process();
 
   void start();
@@ -140,6 +160,9 @@ class kstate_process {
   int wait_exit(std::chrono::seconds timeout = std::chrono::seconds(60));
   bool running() const { return pid_ > 0; }
   uint16_t port() const { return port_; }
+  const std::string& host() const { return where_.host; }
+  // The URL other instances forward to (its default advertised endpoint).
+  std::string endpoint() const { return "http://" + where_.host + ":" + std::to_string(port_); }
   // Extra command-line arguments for the next start().
   void extra_args(std::vector<std::string> args) { args_ = std::move(args); }
   pid_t pid() const { return pid_; }
@@ -153,6 +176,7 @@ class kstate_process {
 
  private:
   std::string config_path_, state_dir_, log_;
+  placement where_;
   uint16_t port_ = 0;
   pid_t pid_ = -1;
   std::vector<std::string> args_;
@@ -168,6 +192,7 @@ bool cluster_settled(uint16_t port, size_t members, int partitions = -1, const s
 // yet is ready, and one instance's view of the group can lag a rebalance.
 // `why`, when given, says what is not settled yet.
 bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::string* why = nullptr);
+bool group_settled(const std::vector<http_address>& at, int partitions, std::string* why = nullptr);
 
 // Model of a table view: last write wins, a tombstone deletes.
 using table_model = std::map<std::string, std::string>;
