@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -227,35 +228,67 @@ int main(int argc, char** argv) {
   // whole hard limit, then fit http.max_connections inside it.
   fit_connections_to_fd_limit(cfg.value());
 
-  auto created = kstate::server::app::create(std::move(cfg.value()));
-  if (!created.ok()) {
-    std::cerr << "kstate: " << created.error().message() << "\n";
-    return 1;
-  }
-  auto& a = *created.value();
-  // One thread takes SIGTERM/SIGINT at any time, even during start.
+  // One thread takes SIGTERM/SIGINT at any time, even during start, and stops whichever
+  // app is current.
+  std::mutex current_mu;
+  kstate::server::app* current = nullptr;  // guarded by current_mu
   std::atomic<bool> signalled{false}, exiting{false};
   std::thread signals([&] {
     int sig = 0;
     if (sigwait(&set, &sig) == 0 && (sig == SIGTERM || sig == SIGINT) && !exiting) {
-      signalled = true;
       spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      a.request_stop();
+      std::lock_guard lock(current_mu);
+      signalled = true;
+      if (current) current->request_stop();
     }
   });
   int rc = 0;
-  bool served = false;
-  if (auto s = a.start(); !s.ok()) {
-    if (!signalled) {
-      spdlog::critical("cannot start: {}", s.message());
+  // State that must be reopened while serving (app::restart_to_reopen): the app stops,
+  // and a new one on the same configuration opens it again (moving a damaged state aside
+  // and rebuilding it), in this process, so no supervisor is needed for it. A start that
+  // fails after such a restart (the state directory still refusing writes) is tried
+  // again every 5 s: the instance was running with this configuration.
+  bool restarting = false;
+  for (;;) {
+    auto created = kstate::server::app::create(cfg.value());
+    if (!created.ok()) {
+      std::cerr << "kstate: " << created.error().message() << "\n";
       rc = 1;
+      break;
     }
-  } else {
-    served = true;
-    rc = a.wait();
+    auto& a = *created.value();
+    {
+      std::lock_guard lock(current_mu);
+      current = &a;
+      if (signalled) a.request_stop();
+    }
+    bool served = false;
+    if (auto s = a.start(); !s.ok()) {
+      if (!signalled) {
+        spdlog::critical("cannot start: {}{}", s.message(), restarting ? "; trying again in 5 s" : "");
+        rc = 1;
+      }
+    } else {
+      served = true;
+      rc = a.wait();
+    }
+    // Drain only an instance that was serving and is stopping on request.
+    a.shutdown(served && rc == 0);
+    {
+      std::lock_guard lock(current_mu);
+      current = nullptr;
+    }
+    if (signalled) break;
+    if (rc == kstate::server::app::restart_to_reopen) {
+      spdlog::warn("restarting on the same configuration to reopen the state");
+      restarting = true;
+    } else if (rc == 1 && restarting && !served) {
+      for (int i = 0; i < 50 && !signalled; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } else {
+      break;
+    }
+    rc = 0;
   }
-  // Drain only an instance that was serving and is stopping on request.
-  a.shutdown(served && rc == 0);
   // Wake the signal thread if it is still waiting (fatal error or failed start).
   exiting = true;
   // Not to end the thread: it waits in sigwait(), which this signal returns from.

@@ -248,6 +248,11 @@ status app::start() {
   auto opened = storage::db::open(i.cfg.rocksdb, names);
   if (!opened.ok()) return opened.error();
   i.db = std::move(opened.value());
+  if (const auto& q = i.db->quarantined())
+    server_log()->warn(
+        "the state was damaged ({}) and moved to {}: every store is rebuilt; /readyz answers 503 "
+        "until it caught up. Remove that directory once no longer needed",
+        q->reason, q->path);
   auto identity = i.db->instance_id(state_dir_place(i.cfg.state_dir));
   if (!identity.ok()) return identity.error();
   i.cfg.ingest.instance_id = identity->id;
@@ -394,6 +399,14 @@ int app::wait() {
   std::unique_lock lock(impl_->mu);
   for (;;) {
     if (impl_->stop_requested) return 0;
+    if (auto why = impl_->db->must_reopen(); !why.empty()) {
+      // Serving from it until the restart is still right (RocksDB keeps a deleted file
+      // open, and answers reads after a failed write), but it must be opened again.
+      impl_->draining = true;
+      server_log()->critical("the state must be reopened ({}): restarting (a damaged state is moved aside and rebuilt)",
+                             why);
+      return restart_to_reopen;
+    }
     if (!fatal_error().empty()) {
       if (impl_->ingest->fenced()) {
         lock.unlock();

@@ -463,10 +463,10 @@ app_config parse(const YAML::Node& root) {
            "must not exceed query.max_wait_ms (" + std::to_string(c.query.max_wait.count()) + ")");
   }
   if (auto r = root["rocksdb"]) {
-    check_keys(
-        r, "rocksdb",
-        {"block_cache_mb", "write_buffer_manager_mb", "max_background_jobs", "write_buffer_mb", "max_write_buffers",
-         "bloom_bits_per_key", "compression", "compaction_style", "stores", "window_expiry_interval_ms"});
+    check_keys(r, "rocksdb",
+               {"block_cache_mb", "write_buffer_manager_mb", "max_background_jobs", "write_buffer_mb",
+                "max_write_buffers", "bloom_bits_per_key", "compression", "compaction_style", "stores",
+                "window_expiry_interval_ms", "verify_files_interval_ms"});
     if (r["block_cache_mb"])
       c.rocksdb.block_cache_bytes = get_number<uint64_t>(r["block_cache_mb"], "rocksdb.block_cache_mb", 1, 1 << 20)
                                     << 20;
@@ -481,6 +481,9 @@ app_config parse(const YAML::Node& root) {
     if (r["window_expiry_interval_ms"])
       c.rocksdb.window_expiry_interval_ms =
           get_number<int64_t>(r["window_expiry_interval_ms"], "rocksdb.window_expiry_interval_ms", 0, 7ll * 86'400'000);
+    if (r["verify_files_interval_ms"])
+      c.rocksdb.verify_files_interval_ms =
+          get_number<int64_t>(r["verify_files_interval_ms"], "rocksdb.verify_files_interval_ms", 0, 86'400'000);
     parse_store_options(r, "rocksdb", c.rocksdb.defaults);
     if (auto stores = r["stores"]) {
       if (!stores.IsMap()) fail("rocksdb.stores", "must map store names to settings");

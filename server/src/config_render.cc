@@ -90,7 +90,8 @@ std::string render_config(const app_config& c) {
                                               : c.rocksdb.block_cache_bytes / 4) >>
         20)
     << YAML::Key << "max_background_jobs" << YAML::Value << c.rocksdb.max_background_jobs << YAML::Key
-    << "window_expiry_interval_ms" << YAML::Value << c.rocksdb.window_expiry_interval_ms;
+    << "window_expiry_interval_ms" << YAML::Value << c.rocksdb.window_expiry_interval_ms << YAML::Key
+    << "verify_files_interval_ms" << YAML::Value << c.rocksdb.verify_files_interval_ms;
   store_opts(c.rocksdb.defaults);
   if (!c.rocksdb.per_store.empty()) {
     e << YAML::Key << "stores" << YAML::Value << YAML::BeginMap;

@@ -1,8 +1,11 @@
 #include "storage/db.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <random>
 
@@ -39,6 +42,9 @@ std::shared_ptr<spdlog::logger> storage_log() {
 namespace {
 
 constexpr const char* meta_cf_name = "__kstate_meta";
+// The instance identity's keys in the meta column family (db::instance_id).
+constexpr const char* id_key = "instance-id";
+constexpr const char* where_key = "instance-where";
 
 result<rocksdb::CompressionType> parse_compression(const std::string& name) {
   if (name == "none") return rocksdb::kNoCompression;
@@ -111,6 +117,7 @@ result<rocksdb::ColumnFamilyOptions> cf_options(const store_options& o, const st
 }  // namespace
 
 db::impl::~impl() {
+  stop_verify();
   stop_expiry();
   for (auto* h : handles) {
     if (h == rdb->DefaultColumnFamily()) continue;
@@ -257,6 +264,83 @@ std::vector<write_batch::entry> write_batch::entries() const {
   return std::move(d.out);
 }
 
+namespace {
+
+// RocksDB refused to open the database for what is (or is not) in it: a file it lists is
+// missing, or a file is corrupt. Not a directory it cannot write, nor a lock.
+bool is_damage(const rocksdb::Status& s) {
+  if (s.IsCorruption()) return true;
+  return (s.IsIOError() || s.IsNotFound()) && s.ToString().find("No such file or directory") != std::string::npos;
+}
+
+// The state directory does not take writes (opening writes the LOCK, a MANIFEST, a log).
+bool refuses_writes(const rocksdb::Status& s) {
+  const auto m = s.ToString();
+  return m.find("Read-only file system") != std::string::npos || m.find("No space left") != std::string::npos ||
+         m.find("Permission denied") != std::string::npos;
+}
+
+// Files of a database in `dir` without the CURRENT file naming its MANIFEST. RocksDB
+// would take the directory for a new database and replay the write-ahead logs it finds
+// over nothing: positions without the state they describe.
+bool headless(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec) || ec) return false;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const auto n = e.path().filename().string();
+    if (n.rfind("MANIFEST-", 0) == 0 || e.path().extension() == ".sst" || e.path().extension() == ".log") return true;
+  }
+  return false;
+}
+
+// Moves every entry of `dir` except earlier quarantines into quarantine/<UTC time>/
+// under it; returns that directory. A rename within one directory tree: no copy.
+result<std::string> quarantine(const std::string& dir) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  const std::filesystem::path base = std::filesystem::path(dir) / "quarantine" / stamp;
+  auto to = base;
+  std::error_code ec;
+  for (int n = 2; std::filesystem::exists(to, ec); ++n) to = base.string() + "-" + std::to_string(n);
+  std::filesystem::create_directories(to, ec);
+  if (ec) return status::io_error("cannot create '" + to.string() + "': " + ec.message());
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().filename() == "quarantine") continue;
+    std::filesystem::rename(e.path(), to / e.path().filename(), ec);
+    if (ec)
+      return status::io_error("cannot move '" + e.path().string() + "' to '" + to.string() + "': " + ec.message());
+  }
+  if (ec) return status::io_error("cannot list '" + dir + "': " + ec.message());
+  return to.string();
+}
+
+// The instance identity (db::instance_id) kept in a database RocksDB would not open,
+// read as far as it can be: opened read-only, without the consistency checks that
+// refused it. Empty when it cannot be read.
+std::vector<std::pair<std::string, std::string>> salvage_identity(const std::string& dir,
+                                                                  const std::shared_ptr<rocksdb::Logger>& log) {
+  std::vector<std::pair<std::string, std::string>> out;
+  rocksdb::DBOptions o;
+  o.paranoid_checks = false;
+  o.info_log = log;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descs{{rocksdb::kDefaultColumnFamilyName, {}}, {meta_cf_name, {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  if (!rocksdb::DB::OpenForReadOnly(o, dir, descs, &handles, &raw).ok()) return out;
+  std::unique_ptr<rocksdb::DB> old(raw);
+  for (const char* key : {id_key, where_key}) {
+    std::string v;
+    if (old->Get(rocksdb::ReadOptions(), handles[1], key, &v).ok()) out.emplace_back(key, std::move(v));
+  }
+  for (auto* h : handles) (void)old->DestroyColumnFamilyHandle(h);  // closing: nothing to do on failure
+  return out;
+}
+
+}  // namespace
+
 db::db(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
 db::~db() = default;
 
@@ -332,20 +416,57 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     descs.emplace_back(n, std::move(cf));
   }
   rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
+  auto s = headless(opts.path)
+               ? rocksdb::Status::Corruption("CURRENT is missing, yet files of a database are in " + opts.path)
+               : rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
+  std::vector<std::pair<std::string, std::string>> identity;
+  if (!s.ok() && is_damage(s)) {
+    // Moved aside, not deleted: an operator may want to look at it, or recover from it.
+    auto moved = quarantine(opts.path);
+    if (!moved.ok())
+      return status::corruption("the database at '" + opts.path + "' is damaged (" + s.ToString() +
+                                ") and could not be moved aside: " + moved.error().message());
+    storage_log()->error(
+        "the database at '{}' is damaged and cannot be opened ({}): moved to '{}', starting from an empty one; "
+        "every view is rebuilt from Kafka (or copied from another instance)",
+        opts.path, s.ToString(), *moved);
+    i->quarantined = quarantine_info{*moved, s.ToString()};
+    identity = salvage_identity(*moved, db_opts.info_log);
+    i->handles.clear();
+    // Column families of views no longer configured went with it.
+    descs.erase(std::remove_if(descs.begin(), descs.end(),
+                               [&](const rocksdb::ColumnFamilyDescriptor& d) {
+                                 return d.name != rocksdb::kDefaultColumnFamilyName && d.name != meta_cf_name &&
+                                        std::find(views.begin(), views.end(), d.name) == views.end();
+                               }),
+                descs.end());
+    s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
+  }
   if (!s.ok()) {
+    if (refuses_writes(s))
+      return status::io_error("the state directory '" + opts.path + "' refuses writes (" + s.ToString() +
+                              "): kstate keeps its state there; make it writable (or free space) and start again");
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
       return status::unavailable("state directory '" + opts.path +
                                  "' is in use by another process (RocksDB LOCK held): " + s.ToString());
     return from_rocks(s, "opening RocksDB at '" + opts.path + "'");
   }
   i->rdb.reset(raw);
+  i->path = opts.path;
   // Files of partition loads that never committed (a crash during a bootstrap).
   std::filesystem::remove_all(opts.path + "/bootstrap", ec);
 
   std::map<std::string, rocksdb::ColumnFamilyHandle*> by_name;
   for (auto* h : i->handles) by_name[h->GetName()] = h;
   i->meta = by_name.at(meta_cf_name);
+  if (!identity.empty()) {  // the damaged database's identity, kept by its directory
+    rocksdb::WriteBatch b;
+    for (const auto& [k, v] : identity)
+      if (auto p = b.Put(i->meta, k, v); !p.ok()) return from_rocks(p, "keeping the instance id");
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    if (auto w = i->rdb->Write(wo, &b); !w.ok()) return from_rocks(w, "keeping the instance id");
+  }
   for (const auto& v : views) {
     auto id = static_cast<view_id>(i->views.size());
     auto* h = by_name.at(v);
@@ -363,6 +484,7 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   }
   if (!i->expiry.empty() && opts.window_expiry_interval_ms > 0)
     i->start_expiry(std::chrono::milliseconds(opts.window_expiry_interval_ms));
+  if (opts.verify_files_interval_ms > 0) i->start_verify(std::chrono::milliseconds(opts.verify_files_interval_ms));
   return std::unique_ptr<db>(new db(std::move(i)));
 }
 
@@ -380,7 +502,41 @@ write_batch db::new_batch() const {
   return write_batch(std::move(b));
 }
 
-status db::resume() { return from_rocks(impl_->rdb->Resume(), "resume"); }
+namespace {
+
+// Whether `dir` takes a new file of 1 MiB now (a read-only or full file system does not).
+bool takes_writes(const std::string& dir) {
+  const std::string probe = dir + "/.kstate-write-probe";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  static const std::string chunk(64 << 10, '\0');
+  bool ok = true;
+  for (int i = 0; i < 16 && ok; ++i) ok = ::write(fd, chunk.data(), chunk.size()) == static_cast<ssize_t>(chunk.size());
+  ok = ::close(fd) == 0 && ok;
+  (void)::unlink(probe.c_str());  // a probe left behind is harmless
+  return ok;
+}
+
+}  // namespace
+
+status db::resume() {
+  auto s = from_rocks(impl_->rdb->Resume(), "resume");
+  // Busy (unavailable): RocksDB is recovering by itself (a full disk is such an error).
+  if (s.code() != status_code::io_error || !takes_writes(impl_->path)) {
+    impl_->unrecovered = 0;
+    return s;
+  }
+  // The directory takes writes, yet RocksDB does not recover, three times in a row: it
+  // stopped for good.
+  if (++impl_->unrecovered < 3) return s;
+  std::lock_guard lock(impl_->damage_mu);
+  if (impl_->damage.empty()) {
+    impl_->damage = "RocksDB does not recover from '" + s.message() +
+                    "' although the state directory takes writes again; only reopening the database clears it";
+    storage_log()->error("{}", impl_->damage);
+  }
+  return s;
+}
 
 status db::write(write_batch& batch) {
   rocksdb::WriteOptions wo;
@@ -424,8 +580,6 @@ result<std::optional<int64_t>> db::stored_named_position(std::string_view name, 
 }
 
 result<db::identity> db::instance_id(std::string_view where) {
-  static constexpr const char* id_key = "instance-id";
-  static constexpr const char* where_key = "instance-where";
   std::string id, stored_where;
   auto s = impl_->rdb->Get(rocksdb::ReadOptions(), impl_->meta, id_key, &id);
   if (!s.ok() && !s.IsNotFound()) return from_rocks(s, "reading instance id");

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -98,6 +99,28 @@ struct db::impl {
   void start_expiry(std::chrono::milliseconds every);
   // Stops and joins that thread, ending a running pass early; no-op when not started.
   void stop_expiry();
+
+  // Live-file checks (defined in verify_files.cc).
+  std::string path;
+  std::optional<quarantine_info> quarantined;
+  mutable std::mutex damage_mu;
+  std::string damage;  // guarded by damage_mu; empty while healthy
+  // db::resume(): failures in a row while the directory took writes.
+  std::atomic<int> unrecovered{0};
+  std::thread verify_thread;
+  // Checks that every live file is on disk; corruption naming a missing one. One check
+  // at a time (verify_mu).
+  status verify_files();
+  std::mutex verify_mu;
+  std::map<uint64_t, std::string> known_logs;  // write-ahead logs seen on disk; under verify_mu
+  // Adds the write-ahead logs RocksDB still needs that were deleted to `missing`.
+  void missing_logs(std::vector<std::string>& missing);
+  // Starts the background thread that calls verify_files() every `every`, until the
+  // first damage it finds.
+  void start_verify(std::chrono::milliseconds every);
+  // Stops and joins that thread; no-op when not started. Shares thread_mu/thread_cv/
+  // stopping with the expiry thread.
+  void stop_verify();
 
   ~impl();
 

@@ -39,7 +39,7 @@ state_dir: /tmp/x
 http: {listen: "0.0.0.0:9000", threads: 4, max_header_bytes: 4096, max_body_bytes: 10, read_timeout_ms: 500,
        peer_connections: 200}
 ingest: {max_batch_records: 7, max_batch_delay_ms: 3, commit_interval_ms: 20}
-rocksdb: {block_cache_mb: 32, compression: zstd, window_expiry_interval_ms: 60000}
+rocksdb: {block_cache_mb: 32, compression: zstd, window_expiry_interval_ms: 60000, verify_files_interval_ms: 5000}
 kafka: {security.protocol: SASL_SSL, sasl.password: hunter2}
 views:
   - {name: a, topic: ta, key_format: bytes, value_format: string, partitioner: fnv1a, dead_letter_topic: dlq}
@@ -54,6 +54,7 @@ views:
   CHECK(c->rocksdb.block_cache_bytes == 32ull << 20);
   CHECK(c->rocksdb.path == "/tmp/x");
   CHECK(c->rocksdb.window_expiry_interval_ms == 60000);
+  CHECK(c->rocksdb.verify_files_interval_ms == 5000);
   CHECK(c->ingest.kafka.at("security.protocol") == "SASL_SSL");
   CHECK(c->views[0].key_format == data_format::bytes);
   CHECK(c->views[0].dead_letter_topic == "dlq");

@@ -1,10 +1,14 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "storage/db.h"
 #include "storage/key_codec.h"
@@ -416,4 +420,255 @@ TEST_CASE("a partition load that is not committed changes nothing, and bad loads
   REQUIRE((*empty)->commit({{"users", 40}}).ok());
   CHECK(partition_contents(d, users, 0).empty());
   CHECK(d.stored_position(users, 0).value() == 40);
+}
+
+namespace {
+
+// Files of the database in `dir` whose names end in `suffix` or start with `prefix`.
+std::vector<std::filesystem::path> files_named(const std::filesystem::path& dir, const std::string& prefix,
+                                               const std::string& suffix = {}) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const auto n = e.path().filename().string();
+    if (!e.is_regular_file()) continue;
+    if ((!prefix.empty() && n.rfind(prefix, 0) == 0) ||
+        (!suffix.empty() && n.size() >= suffix.size() &&
+         n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0))
+      out.push_back(e.path());
+  }
+  return out;
+}
+
+// Opens `dir` with view "v", writes key "k" and position 7 to partition 0, flushes to an
+// SST file, and returns the instance id it made.
+std::string fill_and_flush(const std::filesystem::path& dir) {
+  auto d = db::open(db_options{.path = dir.string(), .verify_files_interval_ms = 0}, {"v"});
+  REQUIRE(d.ok());
+  auto id = d.value()->instance_id("host=a");
+  REQUIRE(id.ok());
+  auto b = d.value()->new_batch();
+  auto v = *d.value()->find_view("v");
+  b.put(v, 0, "k", "value");
+  for (int i = 0; i < 100; ++i) b.put(v, 0, "filler-" + std::to_string(i), std::string(100, 'f'));
+  b.set_position(v, 0, 7);
+  REQUIRE(d.value()->write(b).ok());
+  REQUIRE(d.value()->flush().ok());
+  return id->id;
+}
+
+// Mounts `dir` over itself read-only (a bind mount: files already open for writing
+// through the directory's own mount still take writes, new files do not), or does
+// nothing without the privilege; unmounted on destruction.
+struct read_only_mount {
+  std::string dir;
+  bool mounted = false;
+  explicit read_only_mount(std::string d) : dir(std::move(d)) {
+    mounted = std::system(("mount --bind '" + dir + "' '" + dir + "' 2>/dev/null").c_str()) == 0;
+    if (mounted && std::system(("mount -o remount,ro,bind '" + dir + "' 2>/dev/null").c_str()) != 0) undo();
+  }
+  void undo() {
+    if (mounted) (void)std::system(("umount -l '" + dir + "'").c_str());
+    mounted = false;
+  }
+  ~read_only_mount() { undo(); }
+};
+
+}  // namespace
+
+TEST_CASE("a database whose SST file was deleted is moved aside on open, and the new one keeps its identity") {
+  temp_dir dir;
+  const auto id = fill_and_flush(dir.path);
+  // The largest SST file: the view's (the identity, in the meta column family, is in a
+  // small one).
+  auto ssts = files_named(dir.path, "", ".sst");
+  REQUIRE(ssts.size() >= 2);
+  std::sort(ssts.begin(), ssts.end(),
+            [](const auto& a, const auto& b) { return std::filesystem::file_size(a) > std::filesystem::file_size(b); });
+  std::filesystem::remove(ssts.front());
+
+  auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+  REQUIRE(d.ok());
+  const auto& q = d.value()->quarantined();
+  REQUIRE(q);
+  CHECK(std::filesystem::path(q->path).parent_path() == dir.path / "quarantine");
+  // Moved, not deleted: the rest of the old database is there.
+  CHECK_FALSE(files_named(q->path, "MANIFEST-").empty());
+  CHECK_FALSE(q->reason.empty());
+  // Empty: no value, no position (so every view is rebuilt), the same instance.
+  auto v = *d.value()->find_view("v");
+  CHECK_FALSE(d.value()->get(v, 0, "k")->value);
+  CHECK_FALSE(d.value()->stored_position(v, 0).value());
+  auto again = d.value()->instance_id("host=a");
+  REQUIRE(again.ok());
+  CHECK(again->id == id);
+  CHECK_FALSE(again->created);
+  CHECK_FALSE(again->renewed);
+}
+
+TEST_CASE("a database whose MANIFEST was deleted is moved aside on open and starts empty") {
+  temp_dir dir;
+  (void)fill_and_flush(dir.path);
+  for (const auto& f : files_named(dir.path, "MANIFEST-")) std::filesystem::remove(f);
+  auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+  REQUIRE(d.ok());
+  REQUIRE(d.value()->quarantined());
+  auto v = *d.value()->find_view("v");
+  CHECK_FALSE(d.value()->get(v, 0, "k")->value);
+  CHECK_FALSE(d.value()->stored_position(v, 0).value());
+  // Opened again: healthy now, nothing moved.
+  d.value().reset();  // closed
+  auto reopened = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+  REQUIRE(reopened.ok());
+  CHECK_FALSE(reopened.value()->quarantined());
+}
+
+TEST_CASE("a database whose CURRENT file was deleted is moved aside on open, not taken for a new one") {
+  temp_dir dir;
+  (void)fill_and_flush(dir.path);
+  {
+    // Unflushed writes in the log, which a new database would replay over nothing.
+    auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+    REQUIRE(d.ok());
+    auto b = d.value()->new_batch();
+    b.set_position(*d.value()->find_view("v"), 0, 8);
+    REQUIRE(d.value()->write(b).ok());
+  }
+  std::filesystem::remove(dir.path / "CURRENT");
+  auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+  REQUIRE(d.ok());
+  REQUIRE(d.value()->quarantined());
+  CHECK(d.value()->quarantined()->reason.find("CURRENT") != std::string::npos);
+  auto v = *d.value()->find_view("v");
+  CHECK_FALSE(d.value()->stored_position(v, 0).value());
+  CHECK_FALSE(d.value()->get(v, 0, "k")->value);
+}
+
+TEST_CASE("an intact database is opened as it is, nothing moved") {
+  temp_dir dir;
+  (void)fill_and_flush(dir.path);
+  auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+  REQUIRE(d.ok());
+  CHECK_FALSE(d.value()->quarantined());
+  CHECK_FALSE(std::filesystem::exists(dir.path / "quarantine"));
+  CHECK(d.value()->get(*d.value()->find_view("v"), 0, "k")->value == "value");
+}
+
+TEST_CASE("a file deleted under an open database is reported as damage, by a check and by the background check") {
+  temp_dir dir;
+  (void)fill_and_flush(dir.path);
+  SUBCASE("an SST file") {
+    auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+    REQUIRE(d.ok());
+    CHECK(d.value()->verify_files().ok());
+    CHECK(d.value()->must_reopen().empty());
+    auto ssts = files_named(dir.path, "", ".sst");
+    REQUIRE_FALSE(ssts.empty());
+    std::filesystem::remove(ssts.front());
+    auto s = d.value()->verify_files();
+    CHECK(s.code() == kstate::status_code::corruption);
+    CHECK(s.message().find(ssts.front().filename().string()) != std::string::npos);
+    CHECK(d.value()->must_reopen() == s.message());
+    // Still readable while RocksDB holds the file open: the damage is what the next open
+    // would find.
+    CHECK(d.value()->get(*d.value()->find_view("v"), 0, "k")->value == "value");
+  }
+  SUBCASE("the MANIFEST, found by the background check within its interval") {
+    auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 100}, {"v"});
+    REQUIRE(d.ok());
+    for (const auto& f : files_named(dir.path, "MANIFEST-")) std::filesystem::remove(f);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (d.value()->must_reopen().empty() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(d.value()->must_reopen().find("MANIFEST-") != std::string::npos);
+  }
+  SUBCASE("the current write-ahead log") {
+    auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+    REQUIRE(d.ok());
+    auto wals = files_named(dir.path, "", ".log");
+    REQUIRE_FALSE(wals.empty());
+    for (const auto& f : wals) std::filesystem::remove(f);
+    CHECK(d.value()->verify_files().code() == kstate::status_code::corruption);
+    CHECK(d.value()->must_reopen().find("write-ahead log") != std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "writes refused by a read-only state directory go through once it is writable again, after a reopen if needed") {
+  temp_dir dir;
+  db_options o{.path = dir.path.string(), .verify_files_interval_ms = 0};
+  o.defaults.write_buffer_bytes = 64 << 10;  // flushes (new files) soon
+  auto d = db::open(o, {"v"});
+  REQUIRE(d.ok());
+  auto v = *d.value()->find_view("v");
+  read_only_mount ro(dir.path.string());
+  if (!ro.mounted) {
+    MESSAGE("skipped: mounting needs root");
+    return;
+  }
+  // Writes go on into the open log until RocksDB needs a new file, then fail.
+  int written = 0;
+  kstate::status failed;  // ok
+  const std::string value(1000, 'x');
+  for (int i = 0; i < 100'000 && failed.ok(); ++i) {
+    auto b = d.value()->new_batch();
+    b.put(v, 0, "k" + std::to_string(i), value);
+    b.set_position(v, 0, i + 1);
+    failed = d.value()->write(b);
+    if (failed.ok()) ++written;
+  }
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.code() == kstate::status_code::io_error);
+  CHECK(failed.message().find("Read-only file system") != std::string::npos);
+  // Still refused while read-only, even after asking RocksDB to recover.
+  auto still = d.value()->resume();
+  CHECK_FALSE(still.ok());
+  MESSAGE("resume while read-only: " << still.to_string());
+  CHECK(d.value()->must_reopen().empty());  // read-only: nothing to do but wait
+  // Writable again. RocksDB 7.8 stops for good when it cannot create a write-ahead log
+  // (a fatal background error): resume() still fails, and says a reopen is needed.
+  ro.undo();
+  auto resumed = d.value()->resume();
+  for (int i = 0; i < 2 && !resumed.ok(); ++i) {
+    CHECK(d.value()->must_reopen().empty());  // not at the first failure
+    resumed = d.value()->resume();
+  }
+  if (!resumed.ok()) {
+    MESSAGE("resume once writable: " << resumed.to_string());
+    CHECK(d.value()->must_reopen().find("only reopening") != std::string::npos);
+    d.value().reset();  // closed
+    d = db::open(o, {"v"});
+    REQUIRE(d.ok());
+    CHECK_FALSE(d.value()->quarantined());
+  }
+  // The refused write goes through now, and everything written before is there.
+  auto b = d.value()->new_batch();
+  b.put(v, 0, "k" + std::to_string(written), value);
+  b.set_position(v, 0, written + 1);
+  REQUIRE(d.value()->write(b).ok());
+  d.value().reset();  // closed
+  auto reopened = db::open(o, {"v"});
+  REQUIRE(reopened.ok());
+  CHECK(reopened.value()->stored_position(v, 0).value() == written + 1);
+  for (int i = 0; i <= written; i += 97) CHECK(reopened.value()->get(v, 0, "k" + std::to_string(i))->value == value);
+  CHECK(reopened.value()->get(v, 0, "k" + std::to_string(written))->value == value);
+}
+
+TEST_CASE("a read-only state directory at open is a clear error, and nothing is moved") {
+  temp_dir dir;
+  (void)fill_and_flush(dir.path);
+  read_only_mount ro(dir.path.string());
+  if (!ro.mounted) {
+    MESSAGE("skipped: mounting needs root");
+    return;
+  }
+  auto d = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.error().code() == kstate::status_code::io_error);
+  CHECK(d.error().message().find("refuses writes") != std::string::npos);
+  CHECK(d.error().message().find("Read-only file system") != std::string::npos);
+  ro.undo();
+  CHECK_FALSE(std::filesystem::exists(dir.path / "quarantine"));
+  auto reopened = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
+  REQUIRE(reopened.ok());
+  CHECK(reopened.value()->get(*reopened.value()->find_view("v"), 0, "k")->value == "value");
 }

@@ -33,8 +33,13 @@ class app {
   // returns. Safe from any thread (e.g. a signal-handling thread).
   void request_stop();
   // Blocks until request_stop() or a fatal ingest error; returns the exit code (0 on a
-  // requested stop, 1 on a fatal error).
+  // requested stop, 1 on a fatal error), or `restart_to_reopen` when the state must be
+  // reopened (storage::db::must_reopen(): a file deleted under the running instance, or
+  // RocksDB stopped on an error only a reopen clears): the caller stops this app and
+  // starts a new one on the same configuration, whose start moves a damaged state aside
+  // and rebuilds it (storage::db::open).
   int wait();
+  static constexpr int restart_to_reopen = 75;
   // Stops HTTP (finishing in-flight requests), writes pending state, leaves the group,
   // flushes and closes RocksDB. Idempotent.
   void stop();

@@ -68,6 +68,12 @@ struct db_options {
   // the last pass (db::expire_windows), ms; 0: expired windows leave disk only when RocksDB
   // compacts their files anyway. Default 1 h.
   int64_t window_expiry_interval_ms = 3'600'000;
+  // How often a background thread checks that the files the database lives on (its SST
+  // files, MANIFEST, CURRENT, OPTIONS and current write-ahead log) are still on disk, ms;
+  // 0: never. A file deleted under a running instance keeps working while RocksDB holds
+  // it open, and fails, or answers without its keys, once reopened: db::must_reopen()
+  // then names it. Default 15 s.
+  int64_t verify_files_interval_ms = 15'000;
 };
 
 // Identifies a view's column family; obtained once from db::view_id().
@@ -240,6 +246,15 @@ class db {
  public:
   // Opens (or creates) the database with a column family for each view. Column
   // families of views no longer configured are kept (opened, unused), never dropped.
+  //
+  // A database RocksDB refuses to open because it is damaged (a file it lists is
+  // missing, or corrupt) is moved aside, never deleted: its files go to
+  // `quarantine/<UTC time>/` under the state directory, and an empty database is
+  // created in its place, keeping the instance identity when it can still be read.
+  // Every partition then has no position, so each view is rebuilt from Kafka (its
+  // source topic, or its changelog) or copied from another instance. `quarantined()`
+  // says so. A state directory that refuses writes (read-only, full) is an io_error
+  // saying so; nothing is moved then.
   static result<std::unique_ptr<db>> open(const db_options& opts, const std::vector<std::string>& views);
   ~db();
   db(const db&) = delete;
@@ -257,6 +272,10 @@ class db {
   status write(write_batch& batch);
   // After a failed write (disk full, read-only directory), RocksDB refuses writes until
   // it recovers: this asks it to (flushing what it holds). ok when writes work again.
+  // Some failures stop RocksDB for good (a write-ahead log it could not create): its
+  // recovery then fails with the same error whatever the directory does now. When it
+  // fails three times in a row while the directory takes writes again, must_reopen()
+  // says so. Called by one thread at a time.
   status resume();
 
   // The stored position of a view's partition: the next offset to consume, or nullopt
@@ -307,6 +326,24 @@ class db {
 
   // Flushes memtables (used on clean shutdown so restart replays no WAL).
   status flush();
+
+  // Checks once that every live file of the database is still on disk (what the
+  // background check of db_options::verify_files_interval_ms does). ok, or corruption
+  // naming the missing file; a failure is also kept as must_reopen().
+  status verify_files();
+  // Why this database must be closed and opened again; empty while it can go on. Either
+  // a live file was deleted under it (verify_files(): reads still work while RocksDB
+  // holds the file open, but the next open would miss it, so the open rebuilds), or
+  // RocksDB stopped on an error only a reopen clears (resume()). Any thread. The caller
+  // stops serving from it and reopens.
+  std::string must_reopen() const;
+  // Where open() moved a damaged database (quarantine/<time>/), and why; empty when it
+  // opened the database as it was.
+  struct quarantine_info {
+    std::string path;
+    std::string reason;
+  };
+  const std::optional<quarantine_info>& quarantined() const;
 
  private:
   friend class write_batch;
