@@ -5,6 +5,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
 #include <algorithm>
@@ -142,6 +143,9 @@ dead_letter_sender::dead_letter_sender(const ingest_config& cfg, error_fn on_err
                                    "produced, by why");
     m_failed_ = &counter_family(*metrics, "kstate_ingest_dead_letters_failed_total",
                                 "Dead letters that could not be delivered, not even as an envelope, by why");
+    m_waiting_ = &unlabelled_gauge(*metrics, "kstate_ingest_dead_letters_waiting",
+                                   "Dead letters of the batch being written that Kafka has not accepted yet; above 0 "
+                                   "for long, ingest waits on the dead-letter topic");
   }
 }
 
@@ -285,7 +289,17 @@ void dead_letter_sender::settle(letter& l) {
     return;
   }
   auto kind = classify(l.last);
-  if (kind == failure::transient) return;  // the same again, next round
+  if (kind == failure::transient) {
+    // The same again, next round; said once per wait_log_interval.
+    if (auto now = std::chrono::steady_clock::now(); now - last_transient_log_ >= wait_log_interval) {
+      last_transient_log_ = now;
+      log()->warn(
+          "dead letter of {}-{}@{} (store {}) not accepted by {} yet ({}); retrying, ingest waits until it is "
+          "(kstate_ingest_dead_letters_waiting)",
+          r.topic, r.partition, r.offset, r.view, r.dead_letter_topic, rd_kafka_err2str(l.last));
+    }
+    return;
+  }
   if (l.shape == letter::form::whole && kind == failure::too_large && !l.refused_locally) {
     l.shape = letter::form::whole_alone;
     return;
@@ -309,7 +323,17 @@ dead_letter_sender::outcome dead_letter_sender::deliver(const std::vector<reject
   std::vector<letter> letters;
   for (const auto& r : rejected)
     if (!r.dead_letter_topic.empty()) letters.push_back(letter{&r});
+  struct waiting_gauge {
+    prometheus::Gauge* g;
+    ~waiting_gauge() {
+      if (g) g->Set(0);
+    }
+  } waiting{m_waiting_};
   for (bool first = true;; first = false) {
+    if (m_waiting_) {
+      m_waiting_->Set(static_cast<double>(
+          std::count_if(letters.begin(), letters.end(), [](const letter& l) { return !l.settled; })));
+    }
     if (!first) {
       // Only transient failures are left. A stop ends the retries: the batch is then
       // not written, and its records (dead letters included) are read again.

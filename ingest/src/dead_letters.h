@@ -18,6 +18,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,6 +33,7 @@ class Registry;
 template <typename T>
 class Family;
 class Counter;
+class Gauge;
 }  // namespace prometheus
 
 namespace kstate::ingest {
@@ -98,6 +100,10 @@ class dead_letter_sender {
   prometheus::Family<prometheus::Counter>* m_dead_lettered_ = nullptr;
   prometheus::Family<prometheus::Counter>* m_truncated_ = nullptr;
   prometheus::Family<prometheus::Counter>* m_failed_ = nullptr;
+  // Dead letters of the current batch not settled yet (0 between batches).
+  prometheus::Gauge* m_waiting_ = nullptr;
+  // When a transient failure was last logged (one line per wait_log_interval).
+  std::chrono::steady_clock::time_point last_transient_log_{};
 
   friend void dead_letter_report(rd_kafka_t*, const rd_kafka_message_t*, void*);
 };

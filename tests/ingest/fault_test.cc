@@ -64,6 +64,20 @@ class mock_kafka {
                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
     REQUIRE(rd_kafka_flush(producer_, 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
   }
+  // Until heal_produce(): every produce request (of any client) fails with `err` (the
+  // next 10,000, far more than a test sends).
+  void fail_every_produce(rd_kafka_resp_err_t err) {
+    const std::vector<rd_kafka_resp_err_t> errors(10'000, err);
+    rd_kafka_mock_push_request_errors_array(cluster_, produce_api, errors.size(), errors.data());
+  }
+  void heal_produce() { rd_kafka_mock_clear_request_errors(cluster_, produce_api); }
+  // The records in partition 0 of `topic` (its high watermark).
+  int64_t records_in(const std::string& topic) {
+    int64_t low = 0, high = 0;
+    REQUIRE(rd_kafka_query_watermark_offsets(producer_, topic.c_str(), 0, &low, &high, 10'000) ==
+            RD_KAFKA_RESP_ERR_NO_ERROR);
+    return high;
+  }
   // The next `errors.size()` produce requests (of any client) fail with these errors.
   void fail_produce_requests(const std::vector<rd_kafka_resp_err_t>& errors) {
     rd_kafka_mock_push_request_errors_array(cluster_, produce_api, errors.size(), errors.data());
@@ -111,6 +125,12 @@ double counter_sum(prometheus::Registry& registry, const std::string& name) {
     if (family.name == name)
       for (const auto& m : family.metric) sum += m.counter.value;
   return sum;
+}
+
+double gauge_value(prometheus::Registry& registry, const std::string& name) {
+  for (const auto& family : registry.Collect())
+    if (family.name == name && !family.metric.empty()) return family.metric[0].gauge.value;
+  return -1;
 }
 
 }  // namespace
@@ -196,6 +216,43 @@ TEST_CASE("a dead letter the broker refuses for good arrives as an envelope, or 
     CHECK(e.fatal_error().empty());
     e.stop();
   }
+}
+
+TEST_CASE("a dead-letter topic that refuses writes for a while: ingest waits, then delivers each once") {
+  mock_kafka kafka;
+  kafka.create_topic("events", 1);
+  kafka.create_topic("dlq", 1);
+  kafka.produce("events", {{"a", R"({"n":1})"}, {"b", "{not json"}, {"c", R"({"n":3})"}});
+  state st({"v"});
+  ownership_registry ownership;
+  prometheus::Registry metrics;
+  // NOT_ENOUGH_REPLICAS: Kafka's, retrying can change it. Each attempt of librdkafka's
+  // ends within 500 ms (message.timeout.ms), so kstate's own retries run many rounds.
+  kafka.fail_every_produce(RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS);
+  auto cfg = config(kafka);
+  cfg.kafka["message.timeout.ms"] = "500";
+  engine e(cfg, {view_def{.name = "v", .topic = "events", .dead_letter_topic = "dlq"}}, *st.db, ownership, &metrics);
+  REQUIRE(e.start().ok());
+  wait_until("the dead letter waits", [&] { return gauge_value(metrics, "kstate_ingest_dead_letters_waiting") == 1; });
+  std::this_thread::sleep_for(3s);
+  // Nothing written past the dead letter, nothing given up, no error.
+  auto pos = st.db->stored_position(*st.db->find_view("v"), 0);
+  REQUIRE(pos.ok());
+  CHECK(!pos.value().has_value());
+  CHECK(e.stats().dead_letters_failed == 0);
+  CHECK(gauge_value(metrics, "kstate_ingest_dead_letters_waiting") == 1);
+  CHECK(e.fatal_error().empty());
+
+  kafka.heal_produce();
+  wait_until("the batch is written", [&] {
+    auto p = st.db->stored_position(*st.db->find_view("v"), 0);
+    return p.ok() && p.value() == std::optional<int64_t>(3);
+  });
+  CHECK(e.stats().dead_lettered == 1);
+  CHECK(e.stats().dead_letters_failed == 0);
+  CHECK(gauge_value(metrics, "kstate_ingest_dead_letters_waiting") == 0);
+  CHECK(kafka.records_in("dlq") == 1);  // once, whatever the retries
+  e.stop();
 }
 
 TEST_CASE("an exception on the standby thread stops the copies with a metric, not the process") {
