@@ -30,6 +30,7 @@
 #include "agg_common.h"
 #include "fault_common.h"
 #include "support.h"
+#include "window_common.h"
 
 using namespace kstate::testing;
 using clock_type = std::chrono::steady_clock;
@@ -616,4 +617,276 @@ TEST_CASE("membership churn under load: instances started, stopped and killed wh
             " of lookups 503, " + std::to_string(r.refused) + " refused by a stopped instance";
   t.report();
   for (auto& n : nodes) CHECK(n->terminate() == 0);
+}
+
+namespace {
+
+// Records for a table view with dead letters: key-N updates, every `invalid_every`th one
+// not JSON. Produced, they are added to `model` (the valid ones) and their positions to
+// `invalid` (the rejected ones).
+void produce_with_invalid(const std::string& topic, int n, int invalid_every, int round, table_model& model,
+                          std::set<std::pair<int32_t, int64_t>>& invalid) {
+  std::vector<produced> recs;
+  for (int i = 0; i < n; ++i) {
+    produced r{"key-" + std::to_string(i % 500),
+               R"({"round":)" + std::to_string(round) + R"(,"i":)" + std::to_string(i) + "}"};
+    if (i % invalid_every == invalid_every / 2) r.value = "{not json " + std::to_string(i);
+    recs.push_back(std::move(r));
+  }
+  auto where = produce_bytes(topic, recs);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    if (recs[i].value->rfind("{not json", 0) == 0) invalid.insert(where[i]);
+    else apply_record(model, recs[i]);
+  }
+}
+
+// The records in `topic` (the sum of its end offsets: no transactions write it).
+int64_t records_in(const std::string& topic) {
+  std::istringstream offsets(kafka("get-offsets --topic " + topic));
+  int64_t n = 0;
+  for (std::string line; std::getline(offsets, line);) n += std::stoll(line.substr(line.rfind(':') + 1));
+  return n;
+}
+
+// The source positions named by the dead letters in `dlq` (`expected` of them).
+std::multiset<std::pair<int32_t, int64_t>> dead_letter_sources(const std::string& dlq, size_t expected) {
+  std::multiset<std::pair<int32_t, int64_t>> out;
+  for (auto& r : consume_all(dlq, expected))
+    out.insert({std::stoi(r.headers.at("kstate.partition")), std::stoll(r.headers.at("kstate.offset"))});
+  return out;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void wait_applied(kstate_process& ks, int64_t records, std::chrono::seconds timeout) {
+  const auto deadline = clock_type::now() + timeout;
+  while (ks.position_sum("t") < records && clock_type::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a dead-letter topic missing at start, or deleted and created again while running: no record skipped "
+    "without a dead letter or a counter, no endless loop") {
+  tally t{"dead-letter topic faults"};
+  auto topic = unique_name("fault-dlq");
+  auto dlq = topic + "-dlq";
+  create_topic(topic, 2);
+  auto dir = temp_dir("fault-dlq");
+  const std::string app = unique_name("fault-dlq-app");
+
+  // Missing at start: kstate says so and exits; it does not start and skip.
+  {
+    kstate_process ks(app, {{"t", topic, "json", dlq}}, dir + "/missing");
+    ks.start();
+    ++t.runs;
+    CHECK(ks.wait_exit(std::chrono::seconds(90)) != 0);
+    auto log = file_text(ks.log_path());
+    CHECK_MESSAGE(log.find("dead-letter topic '" + dlq + "' does not exist") != std::string::npos, log);
+  }
+
+  create_topic(dlq, 1);
+  kstate_process ks(app, {{"t", topic, "json", dlq}}, dir + "/state");
+  ks.start();
+  ks.wait_ready();
+  table_model model;
+  std::set<std::pair<int32_t, int64_t>> before, gone, after;
+  int64_t total = 0;
+
+  // Delivered while the topic is there.
+  produce_with_invalid(topic, 1000, 50, 0, model, before);
+  total += 1000;
+  wait_applied(ks, total, std::chrono::seconds(60));
+  REQUIRE(ks.position_sum("t") == total);
+  CHECK(ks.metric_sum("kstate_ingest_records_dead_lettered_total") == before.size());
+  CHECK(records_in(dlq) == static_cast<int64_t>(before.size()));
+  {
+    auto got = dead_letter_sources(dlq, before.size());
+    CHECK(got == std::multiset<std::pair<int32_t, int64_t>>(before.begin(), before.end()));
+  }
+
+  // Deleted while running: the dead letters cannot go anywhere; each is counted and
+  // logged, and ingest goes on (within the producer's metadata refresh, not forever).
+  kafka("topics --delete --topic " + dlq + " >/dev/null");
+  ++t.runs;
+  produce_with_invalid(topic, 1000, 50, 1, model, gone);
+  total += 1000;
+  const auto t0 = clock_type::now();
+  wait_applied(ks, total, std::chrono::seconds(120));
+  REQUIRE_MESSAGE(ks.position_sum("t") == total, "ingest did not get past the deleted topic; see " << ks.log_path());
+  MESSAGE("past the deleted dead-letter topic in "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count() << " ms");
+  CHECK(ks.metric_sum("kstate_ingest_dead_letters_failed_total") == gone.size());
+  {
+    auto log = file_text(ks.log_path());
+    size_t logged = 0;
+    for (auto [p, o] : gone)
+      if (log.find(topic + "-" + std::to_string(p) + "@" + std::to_string(o) + " (store t) could not be delivered") !=
+          std::string::npos)
+        ++logged;
+    CHECK(logged == gone.size());
+  }
+
+  // Created again: dead letters go there once more, without a restart. (A topic that
+  // refuses writes for a while, NOT_ENOUGH_REPLICAS and the like, makes ingest wait
+  // until it accepts them: tests/ingest/fault_test.cc, with librdkafka's mock cluster,
+  // since one broker caps min.insync.replicas at the replication factor.)
+  create_topic(dlq, 1);
+  ++t.runs;
+  produce_with_invalid(topic, 1000, 50, 2, model, after);
+  total += 1000;
+  wait_applied(ks, total, std::chrono::seconds(60));
+  REQUIRE(ks.position_sum("t") == total);
+  CHECK(ks.metric_sum("kstate_ingest_records_dead_lettered_total") == before.size() + after.size());
+  CHECK(ks.metric_sum("kstate_ingest_dead_letters_failed_total") == gone.size());
+  CHECK(ks.metric_sum("kstate_ingest_dead_letters_waiting") == 0);
+  CHECK(records_in(dlq) == static_cast<int64_t>(after.size()));  // once each
+  CHECK(dead_letter_sources(dlq, after.size()) ==
+        std::multiset<std::pair<int32_t, int64_t>>(after.begin(), after.end()));
+
+  // Every rejected record has a dead letter or a count; every valid one is applied.
+  const int64_t rejected = static_cast<int64_t>(before.size() + gone.size() + after.size());
+  CHECK(ks.metric_sum("kstate_ingest_records_invalid_total") == rejected);
+  t.checked = rejected;
+  t.lost = rejected - static_cast<int64_t>(ks.metric_sum("kstate_ingest_records_dead_lettered_total") +
+                                           ks.metric_sum("kstate_ingest_dead_letters_failed_total"));
+  check_final(ks.port(), "t", model, 500, t);
+  t.notes = std::to_string(before.size() + after.size()) + " dead letters delivered, " + std::to_string(gone.size()) +
+            " counted as failed while the topic was deleted";
+  t.report();
+  CHECK(ks.terminate() == 0);
+}
+
+TEST_CASE(
+    "clock jumps on windowed views: records a day behind, hours ahead, decades ahead and from 1970, with a "
+    "kill -9 between the jumps: every window equals the recount") {
+  tally t{"clock jumps"};
+  const std::string topic = unique_name("fault-clock"), dlq = topic + "-dlq";
+  // The broker takes any timestamp (newer brokers bound future ones by default).
+  kafka("topics --create --topic " + topic +
+        " --partitions 3 --config message.timestamp.after.max.ms=9223372036854775807"
+        " --config message.timestamp.before.max.ms=9223372036854775807 >/dev/null");
+  create_topic(dlq, 1);
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const int64_t hour = 60 * k_minute, day = 24 * hour;
+  const int rounds = long_run() ? 5 : 1, per_phase = long_run() ? 2000 : 400, keys = 30;
+  // Per minute, 1 min grace, 1 h retention (max_future 1 day, the default); hopping sums
+  // of 1 min every 20 s.
+  const spec per_minute{k_minute, k_minute, k_minute, hour};
+  const spec hopping{k_minute, 20'000, 30'000, hour};
+  kstate_process ks(
+      unique_name("fault-clock-app"),
+      {{"counts", topic, "json", dlq, "string",
+        "kind: count, window: {type: tumbling, size: 1m, grace: 1m, retention: 1h}"},
+       {"sums", topic, "json", dlq, "string",
+        "kind: sum, value: n, window: {type: hopping, size: 1m, advance: 20s, grace: 30s, retention: 1h}"}},
+      temp_dir("fault-clock") + "/state", "processing_guarantee: exactly_once\n");
+  ks.start();
+  ks.wait_ready();
+
+  std::vector<event> events;  // accepted by the future check: what the recount folds
+  int64_t future = 0, total = 0;
+  double late_counted = 0, future_counted = 0;
+  std::mt19937_64 rng(77);
+  // `n` records around `at` (up to 20 s out of order), produced and remembered.
+  auto phase = [&](int64_t at, int n, bool from_the_future) {
+    std::vector<event> batch;
+    for (int i = 0; i < n; ++i) {
+      event e;
+      e.key = "user-" + std::to_string(rng() % keys);
+      e.ts = std::max<int64_t>(1, at + i * 50 - static_cast<int64_t>(rng() % 20'000));
+      e.n = static_cast<int64_t>(rng() % 1000);
+      batch.push_back(std::move(e));
+    }
+    auto where = produce_bytes(topic, to_records(batch));
+    total += n;
+    for (size_t i = 0; i < batch.size(); ++i) std::tie(batch[i].partition, batch[i].offset) = where[i];
+    if (from_the_future) future += n;
+    else events.insert(events.end(), batch.begin(), batch.end());
+  };
+  auto wait_applied_all = [&] {
+    const auto deadline = clock_type::now() + std::chrono::seconds(120);
+    while ((ks.position_sum("counts") < total || ks.position_sum("sums") < total) && clock_type::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    REQUIRE_MESSAGE(ks.position_sum("counts") == total, "not caught up; see " << ks.log_path());
+    REQUIRE(ks.position_sum("sums") == total);
+  };
+  // The producers' clock, which jumps.
+  int64_t clock = now - 2 * hour;
+  for (int round = 0; round < rounds; ++round) {
+    phase(clock, per_phase, false);            // in order
+    phase(clock - day, per_phase / 4, false);  // a clock a day behind: late
+    phase(1, 5, false);                        // 1970: late
+    clock += 3 * hour;                         // hours ahead, within max_future: stream time jumps
+    phase(clock, per_phase / 2, false);
+    wait_applied_all();
+    // Counters start again at 0 with the process: what this one counted is kept.
+    late_counted += ks.metric_sum("kstate_ingest_late_records_total");
+    future_counted += ks.metric_sum("kstate_ingest_future_records_total");
+    ks.kill9();  // stream time must survive: the records below stay late after it
+    ++t.runs;
+    ks.start();
+    phase(clock - 2 * hour, per_phase / 4, false);  // back to before the jump: late
+    phase(now + 50 * 365 * day, 5, true);           // decades ahead: refused, stream time unmoved
+    phase(clock + 30'000, per_phase / 2, false);
+    wait_applied_all();
+    ++t.runs;
+  }
+  ks.wait_ready();
+
+  const auto count_model = recount(events, per_minute, false);
+  const auto sum_model = recount(events, hopping, true);
+  future_counted += ks.metric_sum("kstate_ingest_future_records_total");
+  late_counted += ks.metric_sum("kstate_ingest_late_records_total");
+  CHECK(future_counted == static_cast<double>(2 * future));
+  CHECK(late_counted == static_cast<double>(count_model.late + sum_model.late));
+  CHECK(records_in(dlq) == 2 * future);  // each refused record, once per view
+  CHECK(count_model.late > 0);
+
+  // Every key's windows through the API against the recount: the answered ones are those
+  // not expired at the partition's stream time. A window below its recount has lost an
+  // update, one above it has counted one twice; a window the recount does not answer
+  // is wrong.
+  http_client http(ks.port());
+  int64_t windows = 0;
+  auto check_store = [&](const std::string& store, const window_model& model, const spec& s) {
+    for (int k = 0; k < keys; ++k) {
+      const std::string key = "user-" + std::to_string(k);
+      auto a = http.get("/v1/stores/" + store + "/windows/" + key + "?from=0");
+      REQUIRE(a);
+      REQUIRE(a->status == 200);
+      const json body = a->body_json();
+      const int32_t p = body["partition"].get<int32_t>();
+      std::map<int64_t, int64_t> got, want;
+      for (const auto& w : body["data"]) got[w["start"].get<int64_t>()] = w["value"].get<int64_t>();
+      for (const auto& [kw, v] : model.values)
+        if (kw.first == key && kw.second + s.size + s.retention > model.stream_time.at(p)) want[kw.second] = v;
+      t.checked += static_cast<int64_t>(std::max(got.size(), want.size()));
+      CHECK(body["stream_time"].get<int64_t>() == model.stream_time.at(p));
+      for (const auto& [start, v] : want) {
+        auto g = got.find(start);
+        const int64_t have = g == got.end() ? 0 : g->second;
+        if (have < v) ++t.lost;
+        if (have > v) ++t.duplicated;
+      }
+      for (const auto& [start, v] : got)
+        if (!want.count(start)) {
+          ++t.wrong;
+          MESSAGE(store << " " << key << ": window " << start << " answered, the recount has none (or expired)");
+        }
+      windows += static_cast<int64_t>(got.size());
+    }
+  };
+  check_store("counts", count_model, per_minute);
+  check_store("sums", sum_model, hopping);
+  t.notes = std::to_string(total) + " records, " + std::to_string(count_model.late) + " late per view, " +
+            std::to_string(future) + " from the future, " + std::to_string(windows) + " windows answered";
+  t.report();
+  CHECK(ks.terminate() == 0);
 }
