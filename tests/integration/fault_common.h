@@ -107,19 +107,27 @@ struct observation {
 };
 
 // Looks up random keys on the instances at `at` in a loop until `stop`, keeping every
-// answer.
+// answer. `query` is appended to each lookup's path (e.g. "?allow_stale=true"). With
+// `ready_only`, like a client behind a load balancer with health checks: only on the
+// instances whose /readyz answered 200 when last asked (every 250 ms).
 class reader {
  public:
-  reader(int keys, const std::string& store, std::vector<http_address> at) : at_(std::move(at)), keys_(keys) {
+  reader(int keys, const std::string& store, std::vector<http_address> at, std::string query = {},
+         bool ready_only = false)
+      : at_(std::move(at)), keys_(keys), query_(std::move(query)), ready_(at_.size()) {
+    for (auto& r : ready_) r = !ready_only;
+    if (ready_only) health_ = std::thread([this] { check_health(); });
     thread_ = std::thread([this, store] { run(store); });
   }
   // Instances on loopback.
-  reader(const std::vector<uint16_t>& ports, int keys, const std::string& store)
-      : reader(keys, store, on_loopback(ports)) {}
+  reader(const std::vector<uint16_t>& ports, int keys, const std::string& store, std::string query = {},
+         bool ready_only = false)
+      : reader(keys, store, on_loopback(ports), std::move(query), ready_only) {}
   ~reader() { finish(); }
   void finish() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
+    if (health_.joinable()) health_.join();
   }
   std::vector<observation> seen;
   int64_t refused = 0;  // no connection (the instance restarting)
@@ -129,10 +137,18 @@ class reader {
     std::mt19937 rng(3);
     std::vector<std::unique_ptr<http_client>> clients;
     for (const auto& a : at_) clients.push_back(std::make_unique<http_client>(a.host, a.port));
+    std::vector<size_t> up;
     while (!stop_) {
+      up.clear();
+      for (size_t i = 0; i < ready_.size(); ++i)
+        if (ready_[i]) up.push_back(i);
+      if (up.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
       auto key = "key-" + std::to_string(rng() % keys_);
-      auto& c = *clients[rng() % clients.size()];
-      auto a = c.get("/v1/stores/" + store + "/keys/" + key);
+      auto& c = *clients[up[rng() % up.size()]];
+      auto a = c.get("/v1/stores/" + store + "/keys/" + key + query_);
       if (!a) {
         ++refused;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -144,6 +160,17 @@ class reader {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
+  void check_health() {
+    std::vector<std::unique_ptr<http_client>> clients;
+    for (const auto& a : at_) clients.push_back(std::make_unique<http_client>(a.host, a.port));
+    while (!stop_) {
+      for (size_t i = 0; i < clients.size(); ++i) {
+        auto a = clients[i]->get("/readyz");
+        ready_[i] = a && a->status == 200;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
   static std::vector<http_address> on_loopback(const std::vector<uint16_t>& ports) {
     std::vector<http_address> at;
     for (auto p : ports) at.push_back({"127.0.0.1", p});
@@ -151,8 +178,10 @@ class reader {
   }
   std::vector<http_address> at_;
   int keys_;
+  std::string query_;
+  std::vector<std::atomic<bool>> ready_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::thread thread_, health_;
 };
 
 // Checks each answer against the acknowledged records: a 200 names the record that wrote

@@ -543,11 +543,18 @@ TEST_CASE("disk full: applying stops and says so, reads go on, and ingest resume
   CHECK(ks.terminate() == 0);
 }
 
-TEST_CASE("membership churn under load: instances started, stopped and killed while records and lookups flow") {
+namespace {
+
+// Three instances of one application (a table view and an exactly-once count re-keyed
+// through a repartition topic, 6 partitions each) while records are produced and a
+// reader looks up random keys through all three; every period one instance is started,
+// stopped with SIGTERM or killed with kill -9. With `standbys`, every instance keeps a
+// copy of every partition (standby_replicas: 2) and the reader takes answers from them
+// (allow_stale=true) while a partition's owner is gone or catching up.
+void churn(tally& t, bool standbys) {
   const int keys = 2000;
   const auto period = std::chrono::seconds(long_run() ? 30 : 8);
   const int events = long_run() ? 20 : 6;
-  tally t{"membership churn"};
   auto table_topic = unique_name("fault-churn"), count_topic = unique_name("fault-churn-acct");
   create_topic(table_topic, 6);
   create_topic(count_topic, 6);
@@ -557,8 +564,9 @@ TEST_CASE("membership churn under load: instances started, stopped and killed wh
       {"t", table_topic}, {"c", count_topic, "json", "", "string", "kind: count, group_by: {json: acct}"}};
   std::vector<std::unique_ptr<kstate_process>> nodes;
   for (const char* name : {"a", "b", "c"})
-    nodes.push_back(
-        std::make_unique<kstate_process>(app, views, dir + "/" + name, "processing_guarantee: exactly_once\n"));
+    nodes.push_back(std::make_unique<kstate_process>(
+        app, views, dir + "/" + name,
+        "processing_guarantee: exactly_once\n" + std::string(standbys ? "standby_replicas: 2\n" : "")));
   nodes[0]->start();
   nodes[1]->start();
   nodes[0]->wait_ready();
@@ -566,7 +574,9 @@ TEST_CASE("membership churn under load: instances started, stopped and killed wh
 
   load l(table_topic, count_topic, keys);
   l.start(1000);
-  reader r({nodes[0]->port(), nodes[1]->port(), nodes[2]->port()}, keys, "t");
+  // Through a load balancer: only instances that say they are ready get lookups.
+  reader r({nodes[0]->port(), nodes[1]->port(), nodes[2]->port()}, keys, "t", standbys ? "?allow_stale=true" : "",
+           true);
   // In turn: start the one that is down, SIGTERM one, start it again, kill -9 one.
   std::mt19937 rng(13);
   for (int e = 0; e < events; ++e) {
@@ -607,6 +617,16 @@ TEST_CASE("membership churn under load: instances started, stopped and killed wh
   CHECK(wait_total(nodes[0]->port(), "c", l.accounts_total, std::chrono::seconds(120)) == l.accounts_total);
 
   check_answers(r.seen, l.table_log, t);
+  {
+    // Why lookups got 503, most frequent first.
+    std::map<std::string, int64_t> why;
+    for (const auto& o : r.seen)
+      if (o.status == 503 && o.body.is_object()) ++why[o.body.value("detail", "").substr(0, 60)];
+    std::vector<std::pair<int64_t, std::string>> top;
+    for (const auto& [d, n] : why) top.emplace_back(n, d);
+    std::sort(top.rbegin(), top.rend());
+    for (size_t i = 0; i < top.size() && i < 6; ++i) MESSAGE("503 x" << top[i].first << ": " << top[i].second);
+  }
   check_final(nodes[1]->port(), "t", l.table_log.model(), keys, t);
   check_counts(nodes[2]->port(), "c", l.per_account, t);
   const double answered = static_cast<double>(r.seen.size());
@@ -617,6 +637,18 @@ TEST_CASE("membership churn under load: instances started, stopped and killed wh
             " of lookups 503, " + std::to_string(r.refused) + " refused by a stopped instance";
   t.report();
   for (auto& n : nodes) CHECK(n->terminate() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("membership churn under load: instances started, stopped and killed while records and lookups flow") {
+  tally t{"membership churn"};
+  churn(t, false);
+}
+
+TEST_CASE("membership churn with standby copies, lookups taking answers from them while an owner is missing") {
+  tally t{"membership churn, standbys, allow_stale"};
+  churn(t, true);
 }
 
 namespace {

@@ -54,6 +54,28 @@ http::client_request peer_request(const state& st, const call& c, std::string me
   return pr;
 }
 
+namespace {
+
+// Asks `copies[next]` onwards, in turn, for its copy's answer to `pr` (a 200 or a 404
+// ends it); when none answers, finishes with `fallback`.
+void ask_copies(const state* s, http::client_request pr, std::shared_ptr<const std::vector<std::string>> copies,
+                size_t next, http::response fallback, std::function<void(http::response)> finish) {
+  if (next >= copies->size()) return finish(std::move(fallback));
+  const std::string& to = (*copies)[next];
+  auto again = pr;
+  s->ctx.peers->send(to, std::move(pr),
+                     [s, again = std::move(again), copies, next, fallback = std::move(fallback),
+                      finish = std::move(finish)](result<http::response> r) mutable {
+                       count_peer_request(*s, "forward", r.ok());
+                       if (r.ok() && (r->status == 200 || r->status == 404))
+                         return finish(from_owner(std::move(*r)).with_header("X-Kstate-Forwarded-To", (*copies)[next]));
+                       ask_copies(s, std::move(again), std::move(copies), next + 1, std::move(fallback),
+                                  std::move(finish));
+                     });
+}
+
+}  // namespace
+
 void forward(const state& st, const call& c, forward_plan plan, std::function<void(http::response)> finish) {
   const auto& req = c.r();
   std::chrono::milliseconds wait{0};
@@ -62,21 +84,29 @@ void forward(const state& st, const call& c, forward_plan plan, std::function<vo
   for (const char* h : {"accept", "content-type", "x-kstate-min-position"})
     if (auto v = req.header(h)) pr.headers.emplace_back(h, *v);
   const state* s = &st;
+  // The same request (signed, with the same deadline) for the instances keeping copies.
+  std::optional<http::client_request> to_copies;
+  if (!plan.copies.empty()) to_copies = pr;
   st.ctx.peers->send(plan.owner, std::move(pr),
                      [s, owner = plan.owner, path = req.path, stale = std::move(plan.stale),
-                      finish = std::move(finish)](result<http::response> r) {
+                      copies = std::make_shared<const std::vector<std::string>>(std::move(plan.copies)),
+                      to_copies = std::move(to_copies), finish = std::move(finish)](result<http::response> r) mutable {
                        count_peer_request(*s, "forward", r.ok());
                        if (r.ok() && r->status != 503) {
                          return finish(from_owner(std::move(*r)).with_header("X-Kstate-Forwarded-To", owner));
                        }
                        if (stale)
                          if (auto answer = stale()) return finish(std::move(*answer));
-                       if (r.ok()) {
-                         // The owner's 503 (catching up, rebalancing): retry later, as it says.
-                         return finish(from_owner(std::move(*r)));
-                       }
-                       finish(problem(failure_reason::not_owner,
-                                      "the owner at " + owner + " did not answer: " + r.error().message(), path));
+                       // The owner's 503 (catching up, rebalancing: retry later, as it says), or 503
+                       // not_owner when it did not answer.
+                       http::response refusal =
+                           r.ok() ? from_owner(std::move(*r))
+                                  : problem(failure_reason::not_owner,
+                                            "the owner at " + owner + " did not answer: " + r.error().message(), path);
+                       if (to_copies)
+                         return ask_copies(s, std::move(*to_copies), std::move(copies), 0, std::move(refusal),
+                                           std::move(finish));
+                       finish(std::move(refusal));
                      });
 }
 

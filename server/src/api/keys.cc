@@ -171,6 +171,23 @@ outcome get_key(const state& st, const call& c) {
   if (v.window) return windowed_store_problem(c, "/windows/{key}");
   const int32_t p = k->partition;
   const bool allow_stale = c.r().param("allow_stale") == "true";
+  if (allow_stale && !c.from_peer)
+    if (auto ps = st.ctx.ownership->partition(v.topic, p); ps && ps->assigned && !ps->ready) {
+      // Held here but catching up, and no copy of it here yet (a new instance): another
+      // instance's copy, if one answers; else this instance's own refusal.
+      if (!stale_answer(st, c, v, k->key, p))
+        if (auto copies = copy_holders(st, v.topic, p, std::nullopt); !copies.empty()) {
+          // Caught up meanwhile: this instance's own answer after all.
+          auto own = [&st, c, v = &v, key = k->key, p]() -> std::optional<http::response> {
+            auto r = read_key(st, c, *v, key, p, true);
+            if (r.status == 503) return std::nullopt;
+            return r;
+          };
+          forward_plan f{copies.front(), std::move(own), {}};
+          f.copies.assign(copies.begin() + 1, copies.end());
+          return f;
+        }
+    }
   if (held_here(st, v.topic, p)) {
     // Only the key's partition matters to this answer.
     return local_plan{bound_for(c, {p}), true, [&st, c, v = &v, key = std::move(k->key), p, allow_stale] {
@@ -179,12 +196,23 @@ outcome get_key(const state& st, const call& c) {
   }
   if (!c.from_peer)
     if (auto owner = owner_of(st, v.topic, p)) {
-      forward_plan f{*owner, {}};
-      if (allow_stale) f.stale = [&st, c, v = &v, key = k->key, p] { return stale_answer(st, c, *v, key, p); };
+      forward_plan f{*owner, {}, {}};
+      if (allow_stale) {
+        f.stale = [&st, c, v = &v, key = k->key, p] { return stale_answer(st, c, *v, key, p); };
+        f.copies = copy_holders(st, v.topic, p, owner);
+      }
       return f;
     }
-  if (allow_stale)
+  if (allow_stale) {
     if (auto s = stale_answer(st, c, v, k->key, p)) return std::move(*s);
+    // No owner to ask (a rebalance under way) and no copy here: another instance's copy.
+    if (!c.from_peer)
+      if (auto copies = copy_holders(st, v.topic, p, std::nullopt); !copies.empty()) {
+        forward_plan f{copies.front(), {}, {}};
+        f.copies.assign(copies.begin() + 1, copies.end());
+        return f;
+      }
+  }
   return not_held_problem(c, v, p);
 }
 
@@ -201,7 +229,7 @@ outcome key_windows(const state& st, const call& c) {
   const int32_t p = k->partition;
   if (!held_here(st, v.topic, p)) {
     if (!c.from_peer)
-      if (auto owner = owner_of(st, v.topic, p)) return forward_plan{*owner, {}};
+      if (auto owner = owner_of(st, v.topic, p)) return forward_plan{*owner, {}, {}};
     return not_held_problem(c, v, p);
   }
   // Not cheap: a long interval of small windows can be many entries, read on a worker.

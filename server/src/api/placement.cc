@@ -1,5 +1,8 @@
 #include "api/placement.h"
 
+#include <algorithm>
+
+#include "ingest/standby.h"
 #include "server/problem.h"
 
 namespace kstate::server::api {
@@ -14,6 +17,21 @@ std::optional<std::string> owner_of(const state& st, const std::string& topic, i
   auto owner = st.ctx.membership->current()->owner(topic, partition);
   if (!owner || !st.peer_allowed(*owner)) return std::nullopt;
   return owner;
+}
+
+std::vector<std::string> copy_holders(const state& st, const std::string& topic, int32_t partition,
+                                      const std::optional<std::string>& owner) {
+  std::vector<std::string> out;
+  if (!st.forwarding()) return out;
+  auto snap = st.ctx.membership->current();
+  auto add = [&](const std::string& endpoint) {
+    if (endpoint.empty() || endpoint == owner || !st.peer_allowed(endpoint)) return;
+    if (std::find(out.begin(), out.end(), endpoint) == out.end()) out.push_back(endpoint);
+  };
+  if (owner)
+    for (const auto& e : ingest::standbys_for(*snap, topic, partition, st.ctx.standby_replicas)) add(e);
+  for (const auto& m : snap->members) add(m.endpoint);
+  return out;
 }
 
 param<placement> place(const state& st, const call& c, const view_def& view, const std::vector<int32_t>& partitions) {

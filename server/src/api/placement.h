@@ -20,6 +20,12 @@ bool held_here(const state& st, const std::string& topic, int32_t partition);
 // it (forwarding on, not this instance, same scheme).
 std::optional<std::string> owner_of(const state& st, const std::string& topic, int32_t partition);
 
+// The instances other than this one and `owner` that may keep a copy of `partition`
+// (for allow_stale reads): its standbys, then every other member (a former owner keeps
+// what it held), each once.
+std::vector<std::string> copy_holders(const state& st, const std::string& topic, int32_t partition,
+                                      const std::optional<std::string>& owner);
+
 struct placement {
   std::vector<int32_t> local;                          // held here
   std::map<std::string, std::vector<int32_t>> remote;  // other owners' partitions, by endpoint

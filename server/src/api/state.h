@@ -100,6 +100,11 @@ struct forward_plan {
   std::string owner;
   // With allow_stale: this instance's own copy, when the owner does not answer.
   std::function<std::optional<http::response>()> stale;
+  // With allow_stale: other instances that may keep a copy of the partition (its
+  // standbys first), asked in turn when neither the owner nor this instance's copy
+  // answers. Each answers from its own copy or not at all (the request carries
+  // X-Kstate-Hop), so every answer still names its position.
+  std::vector<std::string> copies;
 };
 
 // Work on this instance: run `run` on a worker thread once `bound` (partitions held
