@@ -394,7 +394,7 @@ TEST_CASE("a sender killed in the middle of a copy: the receiver rebuilds from K
   std::string why;
   bool alone = false;
   for (int i = 0; i < 1200 && !alone; ++i) {
-    alone = group_settled({b.port()}, 2, &why) && b.position_sum("s") == keys;
+    alone = group_settled(std::vector<uint16_t>{b.port()}, 2, &why) && b.position_sum("s") == keys;
     if (!alone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   REQUIRE_MESSAGE(alone, why);
