@@ -98,7 +98,8 @@ TEST_CASE("broker restarts (SIGTERM and kill -9) during ingest and queries: ever
 TEST_CASE("a broker that hangs (SIGSTOP) during ingest, and one that hangs when kstate starts") {
   broker_guard guard;
   const int keys = 2000;
-  const auto pause = std::chrono::seconds(long_run() ? 30 : 8);
+  // Short: shorter than the group session (6 s); long: far longer.
+  const auto pause = std::chrono::seconds(long_run() ? 30 : 5);
   tally t{"broker paused"};
   auto table_topic = unique_name("fault-pause"), count_topic = unique_name("fault-pause-acct");
   create_topic(table_topic, 4);
@@ -642,6 +643,12 @@ void churn(tally& t, bool standbys) {
 }  // namespace
 
 TEST_CASE("membership churn under load: instances started, stopped and killed while records and lookups flow") {
+  // The suite runs the churn once, with standby copies (below); this one, whose 503s
+  // docs/reliability.md reports, is long (scripts/chaos) only.
+  if (!long_run()) {
+    MESSAGE("membership churn without standby copies: long version only (KSTATE_FAULT_SCALE=long)");
+    return;
+  }
   tally t{"membership churn"};
   churn(t, false);
 }
