@@ -771,9 +771,9 @@ TEST_CASE(
   }
 
   // Created again: dead letters go there once more, without a restart. (A topic that
-  // refuses writes for a while, NOT_ENOUGH_REPLICAS and the like, makes ingest wait
-  // until it accepts them: tests/ingest/fault_test.cc, with librdkafka's mock cluster,
-  // since one broker caps min.insync.replicas at the replication factor.)
+  // cannot take writes for a while, without a leader or with too few replicas, makes
+  // ingest wait until it does: tests/ingest/fault_test.cc, with librdkafka's mock
+  // cluster, since one broker caps min.insync.replicas at the replication factor.)
   create_topic(dlq, 1);
   ++t.runs;
   produce_with_invalid(topic, 1000, 50, 2, model, after);
