@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -230,6 +231,7 @@ int run_member_process() {
 
 pid_t spawn_member(const std::string& group, const std::string& topic, const std::string& endpoint,
                    const std::string& state_dir) {
+  std::fflush(nullptr);  // or the child would write the parent's buffered output again
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {

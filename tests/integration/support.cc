@@ -148,6 +148,7 @@ interactive_producer::interactive_producer(const std::string& topic) {
   REQUIRE(::pipe(in) == 0);
   REQUIRE(::pipe(out) == 0);
   auto script = std::string(KSTATE_SOURCE_DIR) + "/scripts/kafka";
+  std::fflush(nullptr);  // or the child would write the parent's buffered output again
   pid_ = ::fork();
   REQUIRE(pid_ >= 0);
   if (pid_ == 0) {
@@ -390,6 +391,7 @@ kstate_process::~kstate_process() {
 
 void kstate_process::start() {
   REQUIRE(pid_ <= 0);
+  std::fflush(nullptr);  // or the child would write the parent's buffered output again
   pid_ = ::fork();
   REQUIRE(pid_ >= 0);
   if (pid_ == 0) {
