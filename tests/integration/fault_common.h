@@ -4,6 +4,7 @@
 // given during a fault against the acknowledged records.
 
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,11 +12,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,46 +102,61 @@ struct record_log {
   }
 };
 
-// A lookup answer as seen during a fault.
+// An answer as seen during a fault: a lookup of `key`, or (limit > 0) a range page of
+// at most `limit` keys from `key` on.
 struct observation {
   std::string key;
   int status = 0;
   json body;
+  int limit = 0;
 };
 
-// Looks up random keys on the instances at `at` in a loop until `stop`, keeping every
-// answer. `query` is appended to each lookup's path (e.g. "?allow_stale=true"). With
-// `ready_only`, like a client behind a load balancer with health checks: only on the
-// instances whose /readyz answered 200 when last asked (every 250 ms).
+struct reader_options {
+  std::string query;  // appended to each lookup's path (e.g. "?allow_stale=true")
+  // Like a client behind a load balancer with health checks: only to the instances
+  // whose /readyz answered 200 when last asked (every 250 ms).
+  bool ready_only = false;
+  int range_every = 0;  // every Nth request a range page of 20 keys (0: lookups only)
+  int threads = 1;      // clients sending at once, each waiting `pause` between requests
+  std::chrono::milliseconds pause{2};
+};
+
+// Sends random lookups (and range pages) to the instances at `at` until `finish()`,
+// keeping every answer.
 class reader {
  public:
-  reader(int keys, const std::string& store, std::vector<http_address> at, std::string query = {},
-         bool ready_only = false)
-      : at_(std::move(at)), keys_(keys), query_(std::move(query)), ready_(at_.size()) {
-    for (auto& r : ready_) r = !ready_only;
-    if (ready_only) health_ = std::thread([this] { check_health(); });
-    thread_ = std::thread([this, store] { run(store); });
+  reader(int keys, const std::string& store, std::vector<http_address> at, reader_options o = {})
+      : at_(std::move(at)), keys_(keys), store_(store), o_(std::move(o)), ready_(at_.size()) {
+    for (auto& r : ready_) r = !o_.ready_only;
+    if (o_.ready_only) health_ = std::thread([this] { check_health(); });
+    per_thread_.resize(static_cast<size_t>(std::max(1, o_.threads)));
+    for (size_t i = 0; i < per_thread_.size(); ++i) threads_.emplace_back([this, i] { run(i); });
   }
   // Instances on loopback.
-  reader(const std::vector<uint16_t>& ports, int keys, const std::string& store, std::string query = {},
-         bool ready_only = false)
-      : reader(keys, store, on_loopback(ports), std::move(query), ready_only) {}
+  reader(const std::vector<uint16_t>& ports, int keys, const std::string& store, reader_options o = {})
+      : reader(keys, store, on_loopback(ports), std::move(o)) {}
   ~reader() { finish(); }
   void finish() {
     stop_ = true;
-    if (thread_.joinable()) thread_.join();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
     if (health_.joinable()) health_.join();
+    for (auto& part : per_thread_) {
+      seen.insert(seen.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+      part.clear();
+    }
   }
-  std::vector<observation> seen;
-  int64_t refused = 0;  // no connection (the instance restarting)
+  std::vector<observation> seen;    // complete after finish()
+  std::atomic<int64_t> refused{0};  // no connection (the instance restarting)
 
  private:
-  void run(const std::string& store) {
-    std::mt19937 rng(3);
+  void run(size_t index) {
+    std::mt19937 rng(3 + static_cast<unsigned>(index));
+    auto& out = per_thread_[index];
     std::vector<std::unique_ptr<http_client>> clients;
     for (const auto& a : at_) clients.push_back(std::make_unique<http_client>(a.host, a.port));
     std::vector<size_t> up;
-    while (!stop_) {
+    for (int64_t n = 1; !stop_; ++n) {
       up.clear();
       for (size_t i = 0; i < ready_.size(); ++i)
         if (ready_[i]) up.push_back(i);
@@ -146,18 +164,24 @@ class reader {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
-      auto key = "key-" + std::to_string(rng() % keys_);
-      auto& c = *clients[up[rng() % up.size()]];
-      auto a = c.get("/v1/stores/" + store + "/keys/" + key + query_);
+      observation o{"key-" + std::to_string(rng() % keys_)};
+      std::string target = "/v1/stores/" + store_ + "/keys";
+      if (o_.range_every > 0 && n % o_.range_every == 0) {
+        o.limit = 20;
+        target += "?from=" + o.key + "&limit=" + std::to_string(o.limit);
+      } else {
+        target += "/" + o.key + o_.query;
+      }
+      auto a = clients[up[rng() % up.size()]]->get(target);
       if (!a) {
         ++refused;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
-      observation o{key, a->status, {}};
+      o.status = a->status;
       if (!a->body.empty()) o.body = json::parse(a->body, nullptr, false);
-      seen.push_back(std::move(o));
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      out.push_back(std::move(o));
+      if (o_.pause.count() > 0) std::this_thread::sleep_for(o_.pause);
     }
   }
   void check_health() {
@@ -178,15 +202,79 @@ class reader {
   }
   std::vector<http_address> at_;
   int keys_;
-  std::string query_;
+  std::string store_;
+  reader_options o_;
   std::vector<std::atomic<bool>> ready_;
   std::atomic<bool> stop_{false};
-  std::thread thread_, health_;
+  std::vector<std::vector<observation>> per_thread_;
+  std::vector<std::thread> threads_;
+  std::thread health_;
 };
 
-// Checks each answer against the acknowledged records: a 200 names the record that wrote
+// A lookup answer against the acknowledged records: a 200 names the record that wrote
 // its value (this key, this value) and no later record of the key below its position;
-// a 404 has no live record of the key below its position. 503s are counted.
+// a 404 has no live record of the key below its position.
+inline bool lookup_correct(const observation& o, record_log& log) {
+  if (o.status != 200 && o.status != 404) return false;
+  const auto& b = o.body;
+  if (!b.is_object() || !b.contains("partition") || !b.contains("position")) return false;
+  const int32_t p = b["partition"].get<int32_t>();
+  const auto pos = b["position"].value(std::to_string(p), json());
+  if (!pos.is_number_integer()) return false;
+  auto latest = log.latest_below(o.key, p, pos.get<int64_t>());
+  if (o.status == 404) return !latest || !log.at.at({p, *latest}).value;
+  const int64_t off = b.value("offset", int64_t{-1});
+  auto it = log.at.find({p, off});
+  return latest && *latest == off && it != log.at.end() && it->second.key == o.key && it->second.value &&
+         json::parse(*it->second.value) == b["value"];
+}
+
+// A range page against the acknowledged records, at the position per partition it
+// claims: its entries are in key order from the first key asked, each the latest record
+// of its key below that position, and none is missing: every key of the log from the
+// first key asked up to the last one returned (to the end when the page is not full)
+// whose latest record below the position is a value.
+inline bool range_correct(const observation& o, record_log& log) {
+  if (o.status != 200 || !o.body.is_object() || !o.body.contains("data") || !o.body["data"].is_array()) return false;
+  const auto& data = o.body["data"];
+  const json position = o.body.contains("metadata") ? o.body["metadata"].value("position", json()) : json();
+  if (!position.is_object() || data.size() > static_cast<size_t>(o.limit)) return false;
+  auto position_of = [&](int32_t p) -> std::optional<int64_t> {
+    auto v = position.value(std::to_string(p), json());
+    if (!v.is_number_integer()) return std::nullopt;
+    return v.get<int64_t>();
+  };
+  std::set<std::string> returned;
+  std::string previous;
+  for (const auto& e : data) {
+    const auto key = e.value("key", "");
+    if (key < o.key || (!returned.empty() && key <= previous)) return false;
+    previous = key;
+    returned.insert(key);
+    const int32_t p = e.value("partition", -1);
+    const int64_t off = e.value("offset", int64_t{-1});
+    auto pos = position_of(p);
+    if (!pos) return false;
+    auto latest = log.latest_below(key, p, *pos);
+    auto it = log.at.find({p, off});
+    if (!latest || *latest != off || it == log.at.end() || it->second.key != key || !it->second.value ||
+        json::parse(*it->second.value) != e["value"])
+      return false;
+  }
+  const bool full = data.size() == static_cast<size_t>(o.limit);
+  for (auto k = log.offsets_of.lower_bound(o.key); k != log.offsets_of.end() && (!full || k->first <= previous); ++k) {
+    for (const auto& [p, offsets] : k->second) {
+      auto pos = position_of(p);
+      if (!pos) return false;
+      auto latest = log.latest_below(k->first, p, *pos);
+      if (latest && log.at.at({p, *latest}).value && !returned.count(k->first)) return false;
+    }
+  }
+  return true;
+}
+
+// Checks each answer against the acknowledged records (lookup_correct, range_correct);
+// 503s are counted.
 inline void check_answers(const std::vector<observation>& seen, record_log& log, tally& t) {
   for (const auto& o : seen) {
     if (o.status == 503) {
@@ -194,29 +282,11 @@ inline void check_answers(const std::vector<observation>& seen, record_log& log,
       continue;
     }
     ++t.checked;
-    bool ok = false;
-    if (o.status == 200 || o.status == 404) {
-      const auto& b = o.body;
-      if (b.is_object() && b.contains("partition") && b.contains("position")) {
-        const int32_t p = b["partition"].get<int32_t>();
-        const auto pos_field = b["position"].value(std::to_string(p), json());
-        if (pos_field.is_number_integer()) {
-          const int64_t pos = pos_field.get<int64_t>();
-          auto latest = log.latest_below(o.key, p, pos);
-          if (o.status == 200) {
-            const int64_t off = b.value("offset", int64_t{-1});
-            auto it = log.at.find({p, off});
-            ok = latest && *latest == off && it != log.at.end() && it->second.key == o.key && it->second.value &&
-                 json::parse(*it->second.value) == b["value"];
-          } else {
-            ok = !latest || !log.at.at({p, *latest}).value;
-          }
-        }
-      }
-    }
-    if (!ok) {
+    if (!(o.limit > 0 ? range_correct(o, log) : lookup_correct(o, log))) {
       ++t.wrong;
-      if (t.wrong <= 5) MESSAGE("wrong answer for " << o.key << ": " << o.status << " " << o.body.dump());
+      if (t.wrong <= 5)
+        MESSAGE("wrong answer for " << std::string(o.limit > 0 ? "the range from " : "") << o.key << ": " << o.status
+                                    << " " << o.body.dump().substr(0, 600));
     }
   }
 }
@@ -319,6 +389,53 @@ inline void wait_caught_up(kstate_process& ks, int64_t records, int64_t accounts
   const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - std::chrono::steady_clock::now());
   CHECK_MESSAGE(wait_total(ks.host(), ks.port(), "c", accounts, std::max(left, std::chrono::seconds(10))) == accounts,
                 "the count did not catch up; see " << ks.log_path());
+}
+
+// A state directory that refuses writes (full, read-only) while records keep coming:
+// calls `produce(round)` (rounds 1, 2, ...) until the instance reports a stalled write,
+// checks how it says so (the metrics, /readyz 503 naming `cause`, /livez 200), then
+// that the process lives and applies nothing for `hold`. Returns the records of table
+// view `store` applied.
+inline int64_t produce_until_stalled(kstate_process& ks, const std::function<void(int)>& produce,
+                                     const std::string& cause, std::chrono::seconds hold,
+                                     const std::string& store = "t") {
+  // Until a write fails: space RocksDB reserved earlier (its log's preallocation, a log
+  // file open before) takes the first records.
+  bool stalled = false;
+  for (int round = 1; round <= 20 && !stalled; ++round) {
+    produce(round);
+    for (int i = 0; i < 50 && !stalled; ++i) {
+      stalled = ks.metric_sum("kstate_ingest_write_stalled") == 1;
+      if (!stalled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  REQUIRE_MESSAGE(stalled, "no write failure reported; see " << ks.log_path());
+  // Counted since the instance last reopened its state (a reopen starts the metrics
+  // again, as a restart does).
+  CHECK(ks.metric_sum("kstate_ingest_write_failures_total") >= 1);
+  http_client c(ks.host(), ks.port());
+  auto ready = c.get("/readyz");
+  REQUIRE(ready);
+  CHECK(ready->status == 503);
+  CHECK_MESSAGE(ready->body_json().value("write_failure", "").find(cause) != std::string::npos, ready->body);
+  auto live = c.get("/livez");
+  REQUIRE(live);
+  CHECK(live->status == 200);
+  const int64_t applied = ks.position_sum(store);
+  std::this_thread::sleep_for(hold);
+  CHECK(::kill(ks.pid(), 0) == 0);
+  CHECK(ks.position_sum(store) == applied);
+  return applied;
+}
+
+// After produce_until_stalled, once the directory takes writes again: ingest resumes by
+// itself and table view `store` reaches `total` records; the instance is ready again.
+inline void wait_resumed(kstate_process& ks, int64_t total, const std::string& store = "t") {
+  for (int i = 0; i < 600 && ks.position_sum(store) < total; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE_MESSAGE(ks.position_sum(store) == total, "ingest did not resume; see " << ks.log_path());
+  CHECK(ks.metric_sum("kstate_ingest_write_stalled") == 0);
+  ks.wait_ready(std::chrono::seconds(30));
 }
 
 }  // namespace kstate::testing

@@ -142,45 +142,22 @@ TEST_CASE("read-only state directory: applying stops and says so, reads go on, i
   for (int cycle = 0; cycle < cycles; ++cycle) {
     ro.on();
     ++t.runs;
-    // More records arrive; the first ones may still go to the log file open before.
-    bool stalled = false;
-    for (int round = 1; round <= 20 && !stalled; ++round) {
-      batch(4000, cycle * 100 + round);
-      total += 4000;
-      for (int i = 0; i < 50 && !stalled; ++i) {
-        stalled = ks.metric_sum("kstate_ingest_write_stalled") == 1;
-        if (!stalled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    }
-    REQUIRE_MESSAGE(stalled, "no write failure reported; see " << ks.log_path());
-    // Counted since the instance last reopened its state (a reopen starts the metrics
-    // again, as a restart does).
-    CHECK(ks.metric_sum("kstate_ingest_write_failures_total") >= 1);
-    {
-      http_client c(ks.port());
-      auto ready = c.get("/readyz");
-      REQUIRE(ready);
-      CHECK(ready->status == 503);
-      CHECK(ready->body_json().value("write_failure", "").find("Read-only file system") != std::string::npos);
-      auto live = c.get("/livez");
-      REQUIRE(live);
-      CHECK(live->status == 200);
-    }
-    const int64_t applied_while_ro = ks.position_sum("t");
-    std::this_thread::sleep_for(std::chrono::seconds(long_run() ? 60 : 3));
-    CHECK(::kill(ks.pid(), 0) == 0);
-    CHECK(ks.position_sum("t") == applied_while_ro);  // nothing applied while read-only
+    // More records arrive: applying stops, says so, and nothing is applied while
+    // read-only.
+    const int64_t applied_while_ro = produce_until_stalled(
+        ks,
+        [&](int round) {
+          batch(4000, cycle * 100 + round);
+          total += 4000;
+        },
+        "Read-only file system", std::chrono::seconds(long_run() ? 60 : 3));
     CHECK(applied_while_ro < total);
     applied_note +=
         (applied_note.empty() ? "" : ", ") + std::to_string(applied_while_ro) + " of " + std::to_string(total);
 
     // Writable again: ingest resumes by itself and catches up.
     ro.off();
-    for (int i = 0; i < 600 && ks.position_sum("t") < total; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    REQUIRE_MESSAGE(ks.position_sum("t") == total, "ingest did not resume; see " << ks.log_path());
-    CHECK(ks.metric_sum("kstate_ingest_write_stalled") == 0);
-    ks.wait_ready(std::chrono::seconds(30));
+    wait_resumed(ks, total);
   }
   r.finish();
   // RocksDB 7.8 does not resume after failing to create a write-ahead log: the instance
