@@ -118,6 +118,15 @@ void wait_until(const char* what, F done) {
   REQUIRE_MESSAGE(done(), "timed out waiting until " << what);
 }
 
+// Waits until view "v" has stored `next` as its position on partition 0: every record
+// below it written.
+void wait_written(const state& st, int64_t next) {
+  wait_until("the batch is written", [&] {
+    auto pos = st.db->stored_position(*st.db->find_view("v"), 0);
+    return pos.ok() && pos.value() == std::optional<int64_t>(next);
+  });
+}
+
 double counter_sum(prometheus::Registry& registry, const std::string& name) {
   double sum = 0;
   for (const auto& family : registry.Collect())
@@ -188,10 +197,7 @@ TEST_CASE("a dead letter the broker refuses for good arrives as an envelope, or 
     kafka.fail_produce_requests({RD_KAFKA_RESP_ERR_INVALID_RECORD});
     engine e(config(kafka), {v}, *st.db, ownership, &metrics);
     REQUIRE(e.start().ok());
-    wait_until("the batch is written", [&] {
-      auto pos = st.db->stored_position(*st.db->find_view("v"), 0);
-      return pos.ok() && pos.value() == std::optional<int64_t>(3);
-    });
+    wait_written(st, 3);
     CHECK(e.stats().dead_lettered == 1);
     CHECK(e.stats().dead_letters_truncated == 1);
     CHECK(e.stats().dead_letters_failed == 0);
@@ -204,10 +210,7 @@ TEST_CASE("a dead letter the broker refuses for good arrives as an envelope, or 
         {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
     engine e(config(kafka), {v}, *st.db, ownership, &metrics);
     REQUIRE(e.start().ok());
-    wait_until("the batch is written", [&] {
-      auto pos = st.db->stored_position(*st.db->find_view("v"), 0);
-      return pos.ok() && pos.value() == std::optional<int64_t>(3);
-    });
+    wait_written(st, 3);
     CHECK(e.stats().dead_lettered == 0);
     CHECK(e.stats().dead_letters_failed == 1);
     CHECK(counter_sum(metrics, "kstate_ingest_dead_letters_failed_total") == 1);
@@ -246,10 +249,7 @@ TEST_CASE("a dead-letter topic that refuses writes for a while: ingest waits, th
   CHECK(e.fatal_error().empty());
 
   kafka.lead("dlq", 0, 1);
-  wait_until("the batch is written", [&] {
-    auto p = st.db->stored_position(*st.db->find_view("v"), 0);
-    return p.ok() && p.value() == std::optional<int64_t>(3);
-  });
+  wait_written(st, 3);
   CHECK(e.stats().dead_lettered == 1);
   CHECK(e.stats().dead_letters_failed == 0);
   CHECK(gauge_value(metrics, "kstate_ingest_dead_letters_waiting") == 0);

@@ -391,6 +391,35 @@ inline void wait_caught_up(kstate_process& ks, int64_t records, int64_t accounts
                 "the count did not catch up; see " << ks.log_path());
 }
 
+// Waits until the group over `nodes` has settled (every instance ready, every one of
+// `partitions` held once, each instance's view naming the same holders) and, with
+// `table_records`, their table view "t" has applied that many records between them.
+inline void wait_settled(const std::vector<kstate_process*>& nodes, int partitions, std::chrono::seconds timeout,
+                         std::optional<int64_t> table_records = std::nullopt) {
+  std::vector<http_address> at;
+  std::string logs;
+  for (auto* n : nodes) {
+    at.push_back({n->host(), n->port()});
+    logs += (logs.empty() ? "" : ", ") + n->log_path();
+  }
+  std::string why;
+  bool settled = false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!settled && std::chrono::steady_clock::now() < deadline) {
+    settled = group_settled(at, partitions, &why);
+    if (settled && table_records) {
+      int64_t applied = 0;
+      for (auto* n : nodes) applied += std::max<int64_t>(0, n->position_sum("t"));
+      if (applied != *table_records) {
+        settled = false;
+        why = "applied " + std::to_string(applied) + " of " + std::to_string(*table_records) + " records";
+      }
+    }
+    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE_MESSAGE(settled, "the group did not settle: " << why << "; see " << logs);
+}
+
 // A state directory that refuses writes (full, read-only) while records keep coming:
 // calls `produce(round)` (rounds 1, 2, ...) until the instance reports a stalled write,
 // checks how it says so (the metrics, /readyz 503 naming `cause`, /livez 200), then

@@ -301,13 +301,7 @@ TEST_CASE(
   kstate_process b(app, {{"t", topic}}, dir + "/b");
   a.start();
   b.start();
-  std::string why;
-  bool settled = false;
-  for (int i = 0; i < 600 && !settled; ++i) {
-    settled = group_settled({a.port(), b.port()}, 4, &why) && a.position_sum("t") + b.position_sum("t") == keys;
-    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  REQUIRE_MESSAGE(settled, why);
+  wait_settled({&a, &b}, 4, std::chrono::seconds(60), keys);
   auto [local, remote] = split_keys(a.port(), keys);
   REQUIRE(!local.empty());
   REQUIRE(!remote.empty());
@@ -347,12 +341,7 @@ TEST_CASE(
 
   // Resumed, B settles back in the group (or was replaced and rejoins); every key is
   // answered correctly through either instance.
-  settled = false;
-  for (int i = 0; i < 600 && !settled; ++i) {
-    settled = group_settled({a.port(), b.port()}, 4, &why) && a.position_sum("t") + b.position_sum("t") == keys;
-    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  REQUIRE_MESSAGE(settled, why);
+  wait_settled({&a, &b}, 4, std::chrono::seconds(60), keys);
   for (auto port : {a.port(), b.port()}) {
     http_client c(port);
     for (int i = 0; i < keys; ++i) {
@@ -595,19 +584,11 @@ void churn(tally& t, bool standbys) {
   // every instance reaches the end.
   for (auto& n : nodes)
     if (!n->running()) n->start();
-  std::vector<uint16_t> ports;
-  for (auto& n : nodes) ports.push_back(n->port());
-  std::string why;
-  bool settled = false;
   const auto total = static_cast<int64_t>(l.table_log.size());
-  for (int i = 0; i < 1200 && !settled; ++i) {
-    int64_t applied = 0;
-    for (auto& n : nodes) applied += std::max<int64_t>(0, n->position_sum("t"));
-    settled = group_settled(ports, 6 + 6 + 6, &why) && applied == total;
-    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  std::vector<kstate_process*> all;
+  for (auto& n : nodes) all.push_back(n.get());
+  wait_settled(all, 6 + 6 + 6, std::chrono::seconds(120), total);
   r.finish();
-  REQUIRE_MESSAGE(settled, "not settled after the churn: " << why);
   CHECK(wait_total(nodes[0]->port(), "c", l.accounts_total, std::chrono::seconds(120)) == l.accounts_total);
 
   check_answers(r.seen, l.table_log, t);

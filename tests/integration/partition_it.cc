@@ -164,19 +164,6 @@ std::pair<std::vector<std::string>, std::vector<std::string>> split_keys(const k
   return {local, remote};
 }
 
-// Both instances ready, every partition held once (`partitions` in all), and each
-// instance's view of the group naming the same holders.
-void wait_settled(kstate_process& a, kstate_process& b, int partitions, std::chrono::seconds timeout) {
-  std::string why;
-  bool settled = false;
-  const auto deadline = clock_type::now() + timeout;
-  while (!settled && clock_type::now() < deadline) {
-    settled = group_settled({address_of(a), address_of(b)}, partitions, &why);
-    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  REQUIRE_MESSAGE(settled, "the group did not settle: " << why << "; see " << a.log_path() << " and " << b.log_path());
-}
-
 // Topics of 4 partitions, and instances a and b of one application on hosts a and b,
 // settled. With `counting`, the count view re-keyed through a repartition topic too.
 struct two_instances {
@@ -196,7 +183,7 @@ struct two_instances {
     settle();
   }
   // Table, count source and repartition topic: 3 x 4 partitions; the table alone: 4.
-  void settle() { wait_settled(a, b, counting ? 12 : 4, std::chrono::seconds(180)); }
+  void settle() { wait_settled({&a, &b}, counting ? 12 : 4, std::chrono::seconds(180)); }
 };
 
 // The end of every case: two more batches after the last fault, the load stopped, the
