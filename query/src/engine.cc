@@ -176,6 +176,14 @@ query_result<key_answer> engine::get_stale(const key_query& q) const {
   return read_key(*vid, *partition, q.key, true);
 }
 
+bool engine::has_copy(std::string_view store, int32_t partition) const {
+  const auto* view = find_store(store);
+  auto vid = view ? db_.find_view(view->name) : std::nullopt;
+  if (!vid) return false;
+  auto pos = db_.stored_position(*vid, partition);
+  return pos.ok() && pos.value().has_value();
+}
+
 query_result<batch_answer> engine::get_many(std::string_view store,
                                             const std::vector<std::pair<int32_t, std::string>>& located) const {
   using R = query_result<batch_answer>;
@@ -300,22 +308,31 @@ class merged_range final : public range_stream {
 
 }  // namespace
 
-query_result<engine::resolved_range> engine::resolve_range(const range_query& q) const {
+query_result<engine::resolved_range> engine::resolve_range(const range_query& q, bool copies_allowed) const {
   using R = query_result<resolved_range>;
   const auto* view = find_store(q.store);
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + q.store + "'");
   auto vid = db_.find_view(view->name);
   if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
-  resolved_range r{*vid, {}, q.from, q.to};
+  resolved_range r{*vid, {}, q.from, q.to, {}};
   if (q.partitions) {
-    for (int32_t p : *q.partitions)
-      if (auto f = require_partition<resolved_range>(*view, p)) return std::move(*f);
     r.partitions = *q.partitions;
+  } else if (copies_allowed && q.from_copies) {
+    const int32_t count = ownership_.partition_count(view->topic);
+    if (count <= 0)
+      return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
+    for (int32_t p = 0; p < count; ++p) r.partitions.push_back(p);
   } else {
     int32_t count = 0;
     if (auto f = require_all_partitions<resolved_range>(*view, count)) return std::move(*f);
     for (int32_t p = 0; p < count; ++p) r.partitions.push_back(p);
   }
+  if (q.partitions || (copies_allowed && q.from_copies))
+    for (int32_t p : r.partitions)
+      if (auto f = require_partition<resolved_range>(*view, p)) {
+        if (!copies_allowed || !q.from_copies) return std::move(*f);
+        r.copies.push_back(p);
+      }
   if (q.prefix) {
     tighten_lower(r.lower, *q.prefix);
     if (auto succ = prefix_successor(*q.prefix)) tighten_upper(r.upper, *succ);
@@ -346,14 +363,21 @@ query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query
 // a page costs one iterator instead of one per partition.
 query_result<range_answer> engine::range(const range_query& q, size_t limit) const {
   using R = query_result<range_answer>;
-  auto rr = resolve_range(q);
+  auto rr = resolve_range(q, true);
   if (!rr.ok()) return rr.as<range_answer>();
   const auto& r = rr.answer();
   auto snap = db_.read_snapshot();
   auto positions = snap->positions(r.view, r.partitions);
   if (!positions.ok()) return R::fail(failure_reason::store_exception, positions.error().to_string());
   range_answer a;
-  for (size_t i = 0; i < r.partitions.size(); ++i) a.pos.set(r.partitions[i], (*positions)[i].value_or(0));
+  for (size_t i = 0; i < r.partitions.size(); ++i) {
+    const int32_t p = r.partitions[i];
+    // A copy is a partition with a stored position: what was applied of it, atomically.
+    if (!(*positions)[i] && std::find(r.copies.begin(), r.copies.end(), p) != r.copies.end())
+      return R::fail(failure_reason::not_active, "no copy of partition " + std::to_string(p) + " here");
+    a.pos.set(p, (*positions)[i].value_or(0));
+  }
+  a.stale = !r.copies.empty();
   if (r.partitions.empty() || (r.lower && r.upper && !(*r.lower < *r.upper))) return R::success(std::move(a));
 
   const bool desc = q.descending;

@@ -214,6 +214,48 @@ TEST_CASE("a range over partitions not held here fails instead of answering part
   CHECK(f.q->count("s", 1'000'000).failure() == failure_reason::not_active);
 }
 
+TEST_CASE("from_copies: partitions not held current are read from the copy here, the page marked stale") {
+  fixture f;
+  auto all = [&](range_query rq) {
+    std::map<std::string, std::string> got;
+    bool stale = false;
+    for (;;) {
+      auto page = f.q->range(rq, 97);
+      REQUIRE(page.ok());
+      stale = stale || page.answer().stale;
+      for (auto& e : page.answer().entries) got[e.key] = e.value;
+      for (int32_t p = 0; p < fixture::partitions; ++p) CHECK(page.answer().pos.at(p) == 100 + p);
+      if (!page.answer().more) break;
+      rq.after = page.answer().entries.back().key;
+    }
+    return std::make_pair(got, stale);
+  };
+  // Held current everywhere: the same page as without copies, not stale.
+  auto [fresh, fresh_stale] = all({.store = "s", .from_copies = true});
+  CHECK(fresh == f.model);
+  CHECK_FALSE(fresh_stale);
+  // Partition 3 given up (its data and position stay: a copy), partition 1 catching up.
+  f.owner.revoke("t", 3);
+  f.owner.assign({{"t", 1, 0, false}});
+  CHECK_FALSE(f.q->range({.store = "s"}, 10).ok());
+  CHECK(f.q->has_copy("s", 3));
+  auto [copied, copied_stale] = all({.store = "s", .from_copies = true});
+  CHECK(copied == f.model);
+  CHECK(copied_stale);
+  // A peer's part of partitions 3 and 4: only 3 is from a copy.
+  auto part = f.q->range({.store = "s", .partitions = std::vector<int32_t>{3, 4}, .from_copies = true}, 5000);
+  REQUIRE(part.ok());
+  CHECK(part.answer().stale);
+  size_t want = 0;
+  for (auto& [k, v] : f.model) want += fixture::part(k, fixture::partitions) >= 3;
+  CHECK(part.answer().entries.size() == want);
+  // A partition with no copy here (the topic grew a sixth, never stored here):
+  // not_active, never a partial page.
+  f.owner.set_partition_count("t", fixture::partitions + 1);
+  CHECK_FALSE(f.q->has_copy("s", fixture::partitions));
+  CHECK(f.q->range({.store = "s", .from_copies = true}, 10).failure() == failure_reason::not_active);
+}
+
 TEST_CASE("windows of a key range: key bytes then start across partitions, overlap and expiry, resumable") {
   auto dir = std::filesystem::temp_directory_path() / ("kstate-wrange-" + std::to_string(std::random_device{}()));
   view_def v{.name = "w", .kind = view_kind::count, .topic = "t", .key_format = data_format::bytes};

@@ -86,6 +86,10 @@ struct range_query {
   std::optional<std::string> after;  // resume strictly after this key, in iteration order
   // Only these partitions (a scatter-gather part); nullopt: every partition of the topic.
   std::optional<std::vector<int32_t>> partitions;
+  // For allow_stale pages (range() only): a partition not held current here is read
+  // from this instance's copy of it (a former owner's, a standby's, or its own while it
+  // catches up), failing not_active when there is none.
+  bool from_copies = false;
 };
 
 struct range_entry {
@@ -112,6 +116,7 @@ struct range_answer {
   std::vector<range_entry> entries;
   bool more = false;  // entries beyond the limit exist
   position pos;
+  bool stale = false;  // some partition was read from a copy (range_query::from_copies)
 };
 
 struct count_answer {
@@ -218,6 +223,10 @@ class engine {
   // not_active when there is no copy here. For allow_stale reads only.
   query_result<key_answer> get_stale(const key_query& q) const;
 
+  // True when this instance keeps a copy of the partition of `store` (a stored
+  // position), whether it holds it current or not: what a from_copies range reads.
+  bool has_copy(std::string_view store, int32_t partition) const;
+
   // Many keys at once (one MultiGet, one snapshot), each with its partition as
   // locate() found it; each must be on a partition held current here.
   query_result<batch_answer> get_many(std::string_view store,
@@ -267,8 +276,11 @@ class engine {
     storage::view_id view;
     std::vector<int32_t> partitions;
     std::optional<std::string> lower, upper;
+    std::vector<int32_t> copies;  // partitions read from a copy (range_query::from_copies)
   };
-  query_result<resolved_range> resolve_range(const range_query& q) const;
+  // With `copies_allowed` and q.from_copies, a partition not held current here goes to
+  // `copies` instead of failing.
+  query_result<resolved_range> resolve_range(const range_query& q, bool copies_allowed = false) const;
 
   // Fails unless every partition of the view's topic is assigned here and current.
   template <typename T>

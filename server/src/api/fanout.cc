@@ -110,27 +110,56 @@ void forward(const state& st, const call& c, forward_plan plan, std::function<vo
                      });
 }
 
+namespace {
+
+// Sends `pr` to `endpoints[next]` and calls `done` with the part it answers, or, when
+// it gives none, tries `endpoints[next + 1]` onwards; when none does, `done` gets the
+// first failure.
+void ask_for_part(const state* s, http::client_request pr, std::shared_ptr<const std::vector<std::string>> endpoints,
+                  size_t next, std::string path, std::optional<http::response> first_failure,
+                  std::function<std::optional<std::string>()> local_copy, std::function<void(part_result)> done) {
+  const std::string& to = (*endpoints)[next];
+  auto again = pr;
+  s->ctx.peers->send(
+      to, std::move(pr),
+      [s, again = std::move(again), endpoints, next, path = std::move(path), first_failure = std::move(first_failure),
+       local_copy = std::move(local_copy), done = std::move(done)](result<http::response> r) mutable {
+        const std::string& endpoint = (*endpoints)[next];
+        count_peer_request(*s, "part", r.ok() && r->status == 200);
+        http::response failure;
+        if (!r.ok()) {
+          failure = problem(failure_reason::not_owner,
+                            "the owner at " + endpoint + " did not answer: " + r.error().message(), path);
+        } else if (r->status != 200) {
+          // The owner's own refusal (catching up, position not reached...).
+          failure = from_owner(std::move(*r));
+        } else if (r->content_type != part_media_type) {
+          failure = problem(failure_reason::internal,
+                            "the owner at " + endpoint + " answered its part as " + r->content_type, path);
+        } else {
+          return done(std::move(r->body));
+        }
+        if (!first_failure) first_failure = std::move(failure);
+        // The first to fail is the owner (or the first copy holder): this instance's own
+        // copy comes before asking further.
+        if (next == 0 && local_copy)
+          if (auto part = local_copy()) return done(std::move(*part));
+        if (next + 1 >= endpoints->size()) return done(std::move(*first_failure));
+        ask_for_part(s, std::move(again), std::move(endpoints), next + 1, std::move(path), std::move(first_failure),
+                     nullptr, std::move(done));
+      });
+}
+
+}  // namespace
+
 void send_part(const state& st, const call& c, const peer_part& part, std::function<void(part_result)> done) {
   auto pr = peer_request(st, c, part.method, part.target, part.body, part.wait);
   pr.headers.emplace_back("Accept", std::string(part_media_type));
   for (const auto& h : part.headers) pr.headers.push_back(h);
-  const state* s = &st;
-  st.ctx.peers->send(
-      part.endpoint, std::move(pr),
-      [s, endpoint = part.endpoint, path = c.path(), done = std::move(done)](result<http::response> r) {
-        count_peer_request(*s, "part", r.ok() && r->status == 200);
-        if (!r.ok())
-          return done(problem(failure_reason::not_owner,
-                              "the owner at " + endpoint + " did not answer: " + r.error().message(), path));
-        if (r->status != 200) {
-          // The owner's own refusal (catching up, position not reached...) answers the request.
-          return done(from_owner(std::move(*r)));
-        }
-        if (r->content_type != part_media_type)
-          return done(problem(failure_reason::internal,
-                              "the owner at " + endpoint + " answered its part as " + r->content_type, path));
-        done(std::move(r->body));
-      });
+  auto endpoints = std::make_shared<std::vector<std::string>>();
+  endpoints->push_back(part.endpoint);
+  endpoints->insert(endpoints->end(), part.copies.begin(), part.copies.end());
+  ask_for_part(&st, std::move(pr), std::move(endpoints), 0, c.path(), std::nullopt, part.local_copy, std::move(done));
 }
 
 }  // namespace kstate::server::api

@@ -27,7 +27,8 @@ http::client_request peer_request(const state& st, const call& c, std::string me
 // or with the stale fallback, or with 503 not_owner when the owner did not answer.
 void forward(const state& st, const call& c, forward_plan plan, std::function<void(http::response)> finish);
 
-// Asks `part.endpoint` for its part; `done` gets the part's body (a 200 answer), or the
+// Asks `part.endpoint` for its part (then, with allow_stale, this instance's copy and
+// `part.copies`, as peer_part says); `done` gets the part's body (a 200 answer), or the
 // response to answer the whole request with instead.
 void send_part(const state& st, const call& c, const peer_part& part, std::function<void(part_result)> done);
 

@@ -27,6 +27,9 @@ struct range_request {
   // Windows of a windowed store: the event-time interval [from, to), ms.
   std::optional<std::pair<int64_t, int64_t>> windows;
   std::vector<int32_t> partitions;  // every partition of the topic, or a peer's part
+  // allow_stale=true (pages of keys): partitions whose owner cannot answer are read
+  // from copies, and the page says it is stale.
+  bool allow_stale = false;
 };
 
 // One entry of a page: its stored key (the merge order and the cursor) and its JSON.
@@ -38,6 +41,7 @@ struct local_page {
   std::vector<page_entry> entries;
   bool more = false;
   position pos;
+  bool stale = false;  // some partition read from a copy
 };
 
 // A page of at most `limit` entries of the partitions `parts` (all held here), in
@@ -47,6 +51,7 @@ query::query_result<local_page> read_page(const state& st, const range_request& 
   using R = query::query_result<local_page>;
   auto q = rr.q;
   q.partitions = parts;
+  q.from_copies = rr.allow_stale;
   local_page page;
   std::size_t bytes = 0;
   const std::size_t max_bytes = st.ctx.limits.max_response_bytes;
@@ -86,12 +91,15 @@ query::query_result<local_page> read_page(const state& st, const range_request& 
   }
   page.more = page.more || a.more;
   page.pos = std::move(a.pos);
+  page.stale = a.stale;
   return R::success(std::move(page));
 }
 
 // The part framing of a page, for the instance that merges.
 std::string page_part(const local_page& page) {
-  part_writer w(nlohmann::json{{"more", page.more}, {"position", position_json(page.pos)}});
+  nlohmann::json header{{"more", page.more}, {"position", position_json(page.pos)}};
+  if (page.stale) header["stale"] = true;
+  part_writer w(header);
   for (const auto& e : page.entries) w.add(e.stored_key, e.json);
   return w.take();
 }
@@ -100,7 +108,7 @@ std::string page_part(const local_page& page) {
 // the Link header to the next page (the same parameters plus the cursor).
 http::response page_response(const state& st, const call& c, const range_request& rr,
                              const std::vector<std::string_view>& entries, std::string_view last_key, bool more,
-                             const position& pos) {
+                             const position& pos, bool stale) {
   std::optional<std::string> next;
   std::string link;
   if (more && !entries.empty()) {
@@ -116,8 +124,9 @@ http::response page_response(const state& st, const call& c, const range_request
     link = "<" + target + ">; rel=\"next\"";
   }
   http::response r;
-  r.body = page_body(entries, next, pos, st.ctx.instance);
+  r.body = page_body(entries, next, pos, st.ctx.instance, stale);
   r.with_header("X-Kstate-Position", position_header(pos));
+  if (stale) r.with_header("X-Kstate-Stale", "true");
   if (!link.empty()) r.with_header("Link", link);
   return r;
 }
@@ -126,12 +135,13 @@ http::response page_response(const state& st, const call& c, const range_request
 http::response merge_pages(const state& st, const call& c, const range_request& rr,
                            const std::vector<std::string>& parts) {
   std::vector<part_entry> all;
-  bool more = false;
+  bool more = false, stale = false;
   position pos;
   for (const auto& p : parts) {
     auto pv = read_part(p);
     if (!pv) return problem(failure_reason::internal, "an owner's part of the page is malformed", c.path());
     more = more || pv->header.value("more", false);
+    stale = stale || pv->header.value("stale", false);
     pos.merge(pv->pos);
     all.insert(all.end(), pv->entries.begin(), pv->entries.end());
   }
@@ -151,7 +161,7 @@ http::response merge_pages(const state& st, const call& c, const range_request& 
     entries.push_back(e.entry_json);
   }
   std::string_view last = entries.empty() ? std::string_view() : all[entries.size() - 1].stored_key;
-  return page_response(st, c, rr, entries, last, more, pos);
+  return page_response(st, c, rr, entries, last, more, pos, stale);
 }
 
 // The target asking an owner for its partitions' part of `rr`: the client's parameters
@@ -231,15 +241,90 @@ param<range_request> range_request_of(const state& st, const call& c, bool windo
   auto after = after_of(c);
   if (!after.ok()) return std::move(after).error();
   if (*after) rr.q.after = std::move(**after);
+  rr.allow_stale = !windowed_route && c.r().param("allow_stale") == "true";
   return rr;
+}
+
+// Where each partition of an allow_stale page is read from: this instance (held
+// current, or its copy), the owner (then this instance's copy, then other instances'
+// copies), or, with no owner to ask and no copy here, other instances' copies.
+struct stale_placement {
+  std::vector<int32_t> local;
+  std::map<std::string, std::vector<int32_t>> remote;
+  std::vector<int32_t> elsewhere;
+};
+stale_placement place_stale(const state& st, const call& c, const range_request& rr) {
+  stale_placement out;
+  const auto& topic = rr.view->topic;
+  for (int32_t p : rr.partitions) {
+    // A peer asked for this part: answered here, current or from the copy, or refused.
+    if (c.from_peer) {
+      out.local.push_back(p);
+      continue;
+    }
+    auto ps = st.ctx.ownership->partition(topic, p);
+    const bool here = ps && ps->assigned && (ps->ready || st.ctx.queries->has_copy(c.store, p));
+    if (here) {
+      out.local.push_back(p);
+    } else if (ps && ps->assigned) {
+      out.elsewhere.push_back(p);  // catching up, nothing of it here yet (a new instance)
+    } else if (auto owner = owner_of(st, topic, p)) {
+      out.remote[*owner].push_back(p);
+    } else if (st.ctx.queries->has_copy(c.store, p)) {
+      out.local.push_back(p);
+    } else {
+      out.elsewhere.push_back(p);
+    }
+  }
+  return out;
+}
+
+// The instances that may keep a copy of some of `parts` (standbys of each first),
+// `owner` excluded.
+std::vector<std::string> copies_of(const state& st, const std::string& topic, const std::vector<int32_t>& parts,
+                                   const std::optional<std::string>& owner) {
+  std::vector<std::string> out;
+  for (int32_t p : parts)
+    for (auto& e : copy_holders(st, topic, p, owner))
+      if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(std::move(e));
+  return out;
 }
 
 // A page (or a peer's part of one), local or gathered. `cheap`: a page of keys is
 // bounded by its limit; a page of windows may skip many stored windows: a worker's job.
 outcome page_outcome(const state& st, const call& c, const std::shared_ptr<const range_request>& rr, media m,
                      bool cheap) {
-  auto where = place(st, c, *rr->view, rr->partitions);
+  auto where = rr->allow_stale ? param<placement>(placement{}) : place(st, c, *rr->view, rr->partitions);
   if (!where.ok()) return std::move(where).error();
+  std::vector<peer_part> from_copies;  // allow_stale: parts no owner can give
+  if (rr->allow_stale) {
+    auto sp = place_stale(st, c, *rr);
+    where->local = std::move(sp.local);
+    for (auto& [owner, parts] : sp.remote) {
+      auto part = page_part_request(c, *rr, owner, parts, rr->limit);
+      part.copies = copies_of(st, rr->view->topic, parts, owner);
+      bool copies_here = true;
+      for (int32_t p : parts) copies_here = copies_here && st.ctx.queries->has_copy(c.store, p);
+      if (copies_here)
+        part.local_copy = [&st, rr, parts]() -> std::optional<std::string> {
+          auto page = read_page(st, *rr, parts, rr->limit);
+          if (!page.ok()) return std::nullopt;
+          return page_part(page.answer());
+        };
+      from_copies.push_back(std::move(part));
+    }
+    if (!sp.elsewhere.empty()) {
+      auto holders = copies_of(st, rr->view->topic, sp.elsewhere, std::nullopt);
+      if (holders.empty())
+        return problem(failure_reason::not_owner,
+                       "partition " + std::to_string(sp.elsewhere.front()) + " of '" + rr->view->topic +
+                           "' has no owner that can answer yet and no copy of it is known",
+                       c.path());
+      auto part = page_part_request(c, *rr, holders.front(), sp.elsewhere, rr->limit);
+      part.copies.assign(holders.begin() + 1, holders.end());
+      from_copies.push_back(std::move(part));
+    }
+  }
   if (m == media::part) {
     return local_plan{bound_for(c, where->local), cheap, [&st, c, rr, local = where->local] {
                         auto page = read_page(st, *rr, local, rr->limit);
@@ -250,7 +335,7 @@ outcome page_outcome(const state& st, const call& c, const std::shared_ptr<const
                         return r;
                       }};
   }
-  if (where->remote.empty()) {
+  if (where->remote.empty() && from_copies.empty()) {
     return local_plan{bound_for(c, where->local), cheap, [&st, c, rr, local = where->local] {
                         auto page = read_page(st, *rr, local, rr->limit);
                         if (!page.ok()) return from_failure(page.failure(), page.message(), c.path());
@@ -259,7 +344,7 @@ outcome page_outcome(const state& st, const call& c, const std::shared_ptr<const
                         entries.reserve(a.entries.size());
                         for (const auto& e : a.entries) entries.push_back(e.json);
                         std::string_view last = a.entries.empty() ? std::string_view() : a.entries.back().stored_key;
-                        return page_response(st, c, *rr, entries, last, a.more, a.pos);
+                        return page_response(st, c, *rr, entries, last, a.more, a.pos, a.stale);
                       }};
   }
   // Partitions held here are read on a worker; every other owner is asked once, in
@@ -275,6 +360,7 @@ outcome page_outcome(const state& st, const call& c, const std::shared_ptr<const
   }
   for (const auto& [endpoint, parts] : where->remote)
     g.remote.push_back(page_part_request(c, *rr, endpoint, parts, rr->limit));
+  for (auto& part : from_copies) g.remote.push_back(std::move(part));
   g.merge = [&st, c, rr](const std::vector<std::string>& parts) { return merge_pages(st, c, *rr, parts); };
   return g;
 }
@@ -487,6 +573,9 @@ outcome range(const state& st, const call& c) {
                    c.path());
   auto rr = std::make_shared<const range_request>(std::move(*rq));
   if (m != media::ndjson) return page_outcome(st, c, rr, m, true);
+  if (rr->allow_stale)
+    return problem(failure_reason::bad_request,
+                   "allow_stale applies to pages (application/json), not to streamed scans", c.path());
 
   auto slot = scan_slot::take(st);
   if (!slot) return problem(failure_reason::scan_capacity, "too many scans in progress; retry shortly", c.path());

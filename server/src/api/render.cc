@@ -58,7 +58,7 @@ void append_window(std::string& out, const view_def& v, const std::string_view* 
 }
 
 std::string page_body(const std::vector<std::string_view>& entries, const std::optional<std::string>& next,
-                      const position& pos, std::string_view served_by) {
+                      const position& pos, std::string_view served_by, bool stale) {
   std::size_t size = 64 + served_by.size() + 16 * pos.size() + (next ? next->size() : 0);
   for (auto e : entries) size += e.size() + 1;
   std::string out;
@@ -73,6 +73,7 @@ std::string page_body(const std::vector<std::string_view>& entries, const std::o
   else out += "null";
   out += ",\"position\":";
   append_position(out, pos);
+  if (stale) out += ",\"stale\":true";
   out += "},\"served_by\":";
   append_json_string(out, served_by);
   out += '}';

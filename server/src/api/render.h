@@ -39,9 +39,10 @@ void append_window(std::string& out, const view_def& v, const std::string_view* 
                    std::string_view value, int64_t offset, std::optional<int32_t> partition);
 
 // {"data":[<entries>],"metadata":{"next":<cursor>|null,"position":{..}},"served_by":..}
-// from entries already rendered (each a JSON object).
+// from entries already rendered (each a JSON object); with `stale`, the metadata says
+// "stale":true (some partition was read from a copy).
 std::string page_body(const std::vector<std::string_view>& entries, const std::optional<std::string>& next,
-                      const position& pos, std::string_view served_by);
+                      const position& pos, std::string_view served_by, bool stale = false);
 
 // A problem body as a DOM, so an answer can add members (partition, position, ...)
 // before it is printed once.

@@ -30,7 +30,7 @@ const std::vector<route>& routes() {
        &get_key},
       {"GET",
        {"v1", "stores", "{store}", "keys"},
-       {"from", "to", "prefix", "limit", "cursor", "order", "key_format", "min_position", "timeout_ms"},
+       {"from", "to", "prefix", "limit", "cursor", "order", "key_format", "min_position", "timeout_ms", "allow_stale"},
        {"partitions", "after"},
        true,
        &range},

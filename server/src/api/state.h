@@ -128,6 +128,12 @@ struct peer_part {
   std::vector<std::pair<std::string, std::string>> headers;
   // How long past the forwarding timeout the owner may wait for its min_position.
   std::chrono::milliseconds wait{0};
+  // With allow_stale, when `endpoint` gives no part: this instance's own copy of the
+  // part's partitions (nullopt when it has none), then the same request to each of
+  // `copies` in turn (instances that may keep a copy; each answers from its own copy
+  // or not at all).
+  std::function<std::optional<std::string>()> local_copy;
+  std::vector<std::string> copies;
 };
 
 // An answer made of parts from several owners: the partitions held here (after
