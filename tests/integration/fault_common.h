@@ -112,7 +112,7 @@ struct observation {
 };
 
 struct reader_options {
-  std::string query;  // appended to each lookup's path (e.g. "?allow_stale=true")
+  std::string query;  // parameters added to every request (e.g. "allow_stale=true")
   // Like a client behind a load balancer with health checks: only to the instances
   // whose /readyz answered 200 when last asked (every 250 ms).
   bool ready_only = false;
@@ -168,9 +168,9 @@ class reader {
       std::string target = "/v1/stores/" + store_ + "/keys";
       if (o_.range_every > 0 && n % o_.range_every == 0) {
         o.limit = 20;
-        target += "?from=" + o.key + "&limit=" + std::to_string(o.limit);
+        target += "?from=" + o.key + "&limit=" + std::to_string(o.limit) + (o_.query.empty() ? "" : "&" + o_.query);
       } else {
-        target += "/" + o.key + o_.query;
+        target += "/" + o.key + (o_.query.empty() ? "" : "?" + o_.query);
       }
       auto a = clients[up[rng() % up.size()]]->get(target);
       if (!a) {

@@ -559,7 +559,7 @@ void churn(tally& t, bool standbys) {
   l.start(1000);
   // Through a load balancer: only instances that say they are ready get lookups.
   reader r({nodes[0]->port(), nodes[1]->port(), nodes[2]->port()}, keys, "t",
-           {.query = standbys ? "?allow_stale=true" : "", .ready_only = true, .range_every = 4, .threads = 3});
+           {.query = standbys ? "allow_stale=true" : "", .ready_only = true, .range_every = 4, .threads = 3});
   // In turn: start the one that is down, SIGTERM one, start it again, kill -9 one.
   std::mt19937 rng(13);
   for (int e = 0; e < events; ++e) {
