@@ -99,6 +99,8 @@ struct app::impl {
   std::unique_ptr<query::freshness_waiter> waiter;
   std::unique_ptr<ingest::engine> ingest;
   std::unique_ptr<kstate::http::server> http;
+  // The API for requests made in this process (app::in_process_handler).
+  http::async_handler in_process;
   bool stopped = false;
   std::mutex mu;
   std::condition_variable cv;
@@ -311,12 +313,23 @@ status app::start() {
   auto* http_slot = &i.http;
   ctx.open_connections = [http_slot] { return *http_slot ? (*http_slot)->open_connections() : size_t{0}; };
   ctx.refused_connections = [http_slot] { return *http_slot ? (*http_slot)->refused_connections() : uint64_t{0}; };
-  auto http_cfg = i.cfg.http;
-  http_cfg.render_error = render_server_error;  // the server's own errors in kstate's scheme
-  i.http = std::make_unique<http::server>(std::move(http_cfg), with_cors(i.cfg.cors, make_api_handler(std::move(ctx))));
-  if (auto s = i.http->start(); !s.ok()) return s;
-  if (i.cfg.http.port == 0)  // report the port actually bound
-    i.cfg.advertised_endpoint = scheme_of(i.cfg) + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());
+  {
+    // The process's own requests: trusted, and not counted as HTTP requests.
+    auto own = ctx;
+    own.auth = nullptr;
+    own.metrics = nullptr;
+    own.collectables.clear();
+    i.in_process = make_api_handler(std::move(own));
+  }
+  if (i.cfg.serve_http) {
+    auto http_cfg = i.cfg.http;
+    http_cfg.render_error = render_server_error;  // the server's own errors in kstate's scheme
+    i.http =
+        std::make_unique<http::server>(std::move(http_cfg), with_cors(i.cfg.cors, make_api_handler(std::move(ctx))));
+    if (auto s = i.http->start(); !s.ok()) return s;
+    if (i.cfg.http.port == 0)  // report the port actually bound
+      i.cfg.advertised_endpoint = scheme_of(i.cfg) + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());
+  }
 
   // The group description names each member's endpoint; a rebalance refreshes it.
   i.cfg.ingest.advertised_endpoint = i.cfg.advertised_endpoint;
@@ -388,6 +401,10 @@ void app::shutdown(bool drain) {
   stop();
 }
 
+void app::end_waits() {
+  if (impl_->waiter) impl_->waiter->shutdown();
+}
+
 void app::request_stop() {
   std::lock_guard lock(impl_->mu);
   impl_->stop_requested = true;
@@ -446,6 +463,7 @@ void app::stop() {
   // Pending min_position waits are answered (503) while the handler still exists.
   i.waiter.reset();
   i.http.reset();
+  i.in_process = nullptr;
   i.peers.reset();
   if (i.db) {
     if (auto s = i.db->flush(); !s.ok()) server_log()->warn("flushing state on shutdown: {}", s.to_string());
@@ -458,6 +476,10 @@ void app::stop() {
 
 uint16_t app::http_port() const { return impl_->http ? impl_->http->port() : 0; }
 const query::engine& app::queries() const { return *impl_->queries; }
+http::async_handler app::in_process_handler() const { return impl_->in_process; }
+const ownership_registry& app::ownership() const { return impl_->ownership; }
+const membership_registry& app::membership() const { return impl_->membership; }
+const std::string& app::endpoint() const { return impl_->cfg.advertised_endpoint; }
 std::string app::fatal_error() const { return impl_->ingest ? impl_->ingest->fatal_error() : std::string(); }
 
 }  // namespace kstate::server
