@@ -99,6 +99,8 @@ struct app::impl {
   std::unique_ptr<query::freshness_waiter> waiter;
   std::unique_ptr<ingest::engine> ingest;
   std::unique_ptr<kstate::http::server> http;
+  // The API for requests made in this process (app::in_process_handler).
+  http::async_handler in_process;
   bool stopped = false;
   std::mutex mu;
   std::condition_variable cv;
@@ -256,7 +258,6 @@ status app::start() {
   auto identity = i.db->instance_id(state_dir_place(i.cfg.state_dir));
   if (!identity.ok()) return identity.error();
   i.cfg.ingest.instance_id = identity->id;
-  i.cfg.ingest.member_name = member_name(i.cfg.advertised_endpoint);
   if (identity->renewed)
     server_log()->warn(
         "the state directory {} was copied or moved (another host, path or file system): this instance takes a "
@@ -299,7 +300,6 @@ status app::start() {
   };
   ctx.metrics = i.metrics.get();
   ctx.collectables.push_back(make_state_metrics(*i.db, i.cfg.views, i.ownership, i.cfg.application_id));
-  ctx.instance = i.cfg.advertised_endpoint;
   ctx.draining = &i.draining;
   ctx.openapi_json = std::string(openapi_json());
   ctx.limits = i.cfg.query;
@@ -311,15 +311,38 @@ status app::start() {
   auto* http_slot = &i.http;
   ctx.open_connections = [http_slot] { return *http_slot ? (*http_slot)->open_connections() : size_t{0}; };
   ctx.refused_connections = [http_slot] { return *http_slot ? (*http_slot)->refused_connections() : uint64_t{0}; };
-  auto http_cfg = i.cfg.http;
-  http_cfg.render_error = render_server_error;  // the server's own errors in kstate's scheme
-  i.http = std::make_unique<http::server>(std::move(http_cfg), with_cors(i.cfg.cors, make_api_handler(std::move(ctx))));
-  if (auto s = i.http->start(); !s.ok()) return s;
-  if (i.cfg.http.port == 0)  // report the port actually bound
-    i.cfg.advertised_endpoint = scheme_of(i.cfg) + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());
+  // The API is made once the port is bound: every answer names the endpoint actually
+  // served (served_by), which a port 0 only gives after the bind. Until then (a request
+  // that found the port before start() returned) the server answers 503.
+  auto api_slot = std::make_shared<std::atomic<std::shared_ptr<const http::async_handler>>>();
+  if (i.cfg.serve_http) {
+    auto http_cfg = i.cfg.http;
+    http_cfg.render_error = render_server_error;  // the server's own errors in kstate's scheme
+    http::async_handler late = [api_slot](const http::request& req, http::responder reply) {
+      if (auto api = api_slot->load()) return (*api)(req, std::move(reply));
+      reply(problem(failure_reason::not_caught_up, "the instance is starting", req.path));
+    };
+    i.http = std::make_unique<http::server>(std::move(http_cfg), with_cors(i.cfg.cors, std::move(late)));
+    if (auto s = i.http->start(); !s.ok()) return s;
+    if (i.cfg.http.port == 0)  // report the port actually bound
+      i.cfg.advertised_endpoint = scheme_of(i.cfg) + i.cfg.http.listen_address + ":" + std::to_string(i.http->port());
+  }
+  ctx.instance = i.cfg.advertised_endpoint;
+  {
+    // The process's own requests: trusted, and not counted as HTTP requests.
+    auto own = ctx;
+    own.auth = nullptr;
+    own.metrics = nullptr;
+    own.collectables.clear();
+    i.in_process = make_api_handler(std::move(own));
+  }
+  if (i.http) api_slot->store(std::make_shared<const http::async_handler>(make_api_handler(std::move(ctx))));
 
-  // The group description names each member's endpoint; a rebalance refreshes it.
+  // The group description names each member's endpoint; a rebalance refreshes it. The
+  // member name follows it, once a port 0 was replaced by the one bound: two instances
+  // started on port 0 must not share a group.instance.id (the group fences one).
   i.cfg.ingest.advertised_endpoint = i.cfg.advertised_endpoint;
+  i.cfg.ingest.member_name = member_name(i.cfg.advertised_endpoint);
   i.watcher = std::make_unique<ingest::membership_watcher>(i.cfg.ingest, ingest::membership_config{}, i.membership);
   if (auto s = i.watcher->start(); !s.ok()) return s;
   auto* watcher = i.watcher.get();
@@ -388,6 +411,10 @@ void app::shutdown(bool drain) {
   stop();
 }
 
+void app::end_waits() {
+  if (impl_->waiter) impl_->waiter->shutdown();
+}
+
 void app::request_stop() {
   std::lock_guard lock(impl_->mu);
   impl_->stop_requested = true;
@@ -446,6 +473,7 @@ void app::stop() {
   // Pending min_position waits are answered (503) while the handler still exists.
   i.waiter.reset();
   i.http.reset();
+  i.in_process = nullptr;
   i.peers.reset();
   if (i.db) {
     if (auto s = i.db->flush(); !s.ok()) server_log()->warn("flushing state on shutdown: {}", s.to_string());
@@ -458,6 +486,10 @@ void app::stop() {
 
 uint16_t app::http_port() const { return impl_->http ? impl_->http->port() : 0; }
 const query::engine& app::queries() const { return *impl_->queries; }
+http::async_handler app::in_process_handler() const { return impl_->in_process; }
+const ownership_registry& app::ownership() const { return impl_->ownership; }
+const membership_registry& app::membership() const { return impl_->membership; }
+const std::string& app::endpoint() const { return impl_->cfg.advertised_endpoint; }
 std::string app::fatal_error() const { return impl_->ingest ? impl_->ingest->fatal_error() : std::string(); }
 
 }  // namespace kstate::server

@@ -27,6 +27,7 @@
 #include "core/ownership.h"
 #include "core/status.h"
 #include "core/view.h"
+#include "ingest/changes.h"
 #include "storage/db.h"
 
 namespace prometheus {
@@ -100,6 +101,9 @@ struct ingest_config {
   // of a partition taken over. Past it the owner goes on from the stored position, and
   // the copy's pending write is dropped. Default 10 s.
   std::chrono::milliseconds standby_release_timeout{10'000};
+  // Hears of every change the owner writes to an observed view (ingest/changes.h), on
+  // the writer thread. Null (the default): nobody observes, nothing is decoded.
+  std::shared_ptr<change_observer> changes;
 };
 
 struct ingest_stats {

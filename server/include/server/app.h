@@ -8,7 +8,10 @@
 
 #include <memory>
 
+#include "core/membership.h"
+#include "core/ownership.h"
 #include "core/status.h"
+#include "http/message.h"
 #include "query/engine.h"
 #include "server/config.h"
 
@@ -29,6 +32,9 @@ class app {
   status start();
   // /readyz turns 503 so load balancers stop sending traffic; everything else goes on.
   void begin_drain();
+  // Answers every pending and later min_position wait at once (503, shutting down), so
+  // that requests in flight finish before stop(). Any thread.
+  void end_waits();
   // Asks the instance to stop: a start() still waiting for Kafka gives up, and wait()
   // returns. Safe from any thread (e.g. a signal-handling thread).
   void request_stop();
@@ -51,6 +57,18 @@ class app {
 
   uint16_t http_port() const;
   const query::engine& queries() const;
+  // The REST API as a function, for requests made inside this process (the embedding
+  // library's queries): the same routes and answers as over HTTP, forwarding and
+  // gathering from other instances included, without authentication (the caller is the
+  // process itself) and without request metrics. Its own worker threads
+  // (query.worker_threads). Empty before start() and after stop().
+  http::async_handler in_process_handler() const;
+  // Who holds which partition here, and who owns which in the group (for answers that
+  // name another instance). Valid from start() to stop().
+  const ownership_registry& ownership() const;
+  const membership_registry& membership() const;
+  // The endpoint other instances reach this one at (the port actually bound).
+  const std::string& endpoint() const;
   // Non-empty when ingest stopped on an unrecoverable error.
   std::string fatal_error() const;
 

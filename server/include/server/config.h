@@ -70,6 +70,11 @@ struct app_config {
   std::string ui_dir;
 
   kstate::http::server_config http;
+  // Whether the instance answers HTTP at all (the REST API, probes, metrics, the
+  // dashboard, other instances' forwarded requests). Not a YAML key: the server always
+  // does; an application embedding kstate may not (docs/embedding.md), and is then
+  // reachable by no other instance. Default true.
+  bool serve_http = true;
   // CA bundle (PEM) that other instances' certificates are checked against when
   // forwarding over TLS (http.tls.peer_ca_file). Empty: http.tls.client_ca_file if set,
   // else the system's trusted CAs.
