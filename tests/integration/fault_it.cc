@@ -8,8 +8,8 @@
 // KSTATE_FAULT_SCALE=long (scripts/chaos) runs the long versions; each scenario prints
 // one summary line and appends it to $KSTATE_FAULT_REPORT when set.
 //
-// These cases bounce and pause the broker of the whole test run: ctest runs the
-// integration tests one at a time (scripts/test), and every case leaves it running.
+// These cases bounce and pause the broker of the whole test run: ctest runs this test
+// alone (RUN_SERIAL), and every case leaves the broker running.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
