@@ -22,6 +22,7 @@ install(FILES ${PROJECT_BINARY_DIR}/kstateConfig.cmake ${PROJECT_BINARY_DIR}/kst
 # pkg-config: the libraries in link order (the embedding facade first, core last); the
 # dependencies as private ones, since every kstate library is static
 # (`pkg-config --static --libs kstate`).
-file(RELATIVE_PATH KSTATE_PC_UP /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
+# The way up from the .pc file's directory to the prefix ("../.." for lib/pkgconfig).
+file(RELATIVE_PATH KSTATE_PC_UP /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/kstate.pc.in ${PROJECT_BINARY_DIR}/kstate.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/kstate.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
