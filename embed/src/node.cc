@@ -53,25 +53,8 @@ error from_status(const kstate::status& s) {
   }
 }
 
-// Percent-encodes everything but RFC 3986's unreserved characters.
-std::string pct(std::string_view s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size() * 3);
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 // The key in a path or parameter: base64url, so any bytes travel.
-std::string key_param(std::string_view key) { return pct(query::base64url_encode(key)); }
+std::string key_param(std::string_view key) { return http::percent_encode(query::base64url_encode(key)); }
 
 // "&min_position=0:12,3:40&timeout_ms=..." for the read options.
 std::string wait_params(const read_options& o) {
@@ -80,7 +63,7 @@ std::string wait_params(const read_options& o) {
     std::string list;
     for (const auto& [p, off] : o.min_position)
       list += (list.empty() ? "" : ",") + std::to_string(p) + ":" + std::to_string(off);
-    out += "&min_position=" + pct(list);
+    out += "&min_position=" + http::percent_encode(list);
   }
   if (o.timeout) out += "&timeout_ms=" + std::to_string(o.timeout->count());
   return out;
@@ -151,7 +134,7 @@ struct node::impl {
     }
   }
 
-  std::string store_path(const std::string& store) const { return "/v1/stores/" + pct(store); }
+  std::string store_path(const std::string& store) const { return "/v1/stores/" + http::percent_encode(store); }
 
   // The failure not_here names: the owner of `partition` as the group says.
   error not_here(const view_def& v, int32_t partition) const {
@@ -298,7 +281,7 @@ result<range_page> node::range(const std::string& store, const range_options& q,
   if (q.prefix) target += "&prefix=" + key_param(*q.prefix);
   if (q.descending) target += "&order=desc";
   if (q.limit) target += "&limit=" + std::to_string(q.limit);
-  if (!q.cursor.empty()) target += "&cursor=" + pct(q.cursor);
+  if (!q.cursor.empty()) target += "&cursor=" + http::percent_encode(q.cursor);
   auto r = impl_->ask("GET", target + wait_params(o));
   return detail::read_range_answer(*v, r);
 }

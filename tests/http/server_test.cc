@@ -93,6 +93,18 @@ TEST_CASE("parse_target: '+' is a space in query values (form-style), literal in
   CHECK(req.param("sp ace") == "1");
 }
 
+TEST_CASE("percent_encode: RFC 3986 unreserved characters stay, every other byte is %XX, and parse_target undoes it") {
+  CHECK(percent_encode("AZaz09-._~") == "AZaz09-._~");
+  CHECK(percent_encode("a b/c?d&e=f+g%") == "a%20b%2Fc%3Fd%26e%3Df%2Bg%25");
+  CHECK(percent_encode(std::string_view("\x00\xff\xc3\xbc", 4)) == "%00%FF%C3%BC");
+  // Every byte, through a path segment and a query value and back.
+  std::string all;
+  for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
+  auto req = parsed("/" + percent_encode(all) + "?k=" + percent_encode(all));
+  CHECK(req.segments == std::vector<std::string>{all});
+  CHECK(req.param("k") == all);
+}
+
 TEST_CASE("parse_target: empty segments are kept for the router") {
   CHECK(parsed("/v1/stores//keys").segments == std::vector<std::string>{"v1", "stores", "", "keys"});
   CHECK(parsed("/v1/").segments == std::vector<std::string>{"v1", ""});

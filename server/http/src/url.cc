@@ -1,8 +1,10 @@
 #include "http/url.h"
 
+#include <boost/url/encode.hpp>
 #include <boost/url/encoding_opts.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/pct_string_view.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
 #include <boost/url/url_view.hpp>
 
 #include <string>
@@ -105,6 +107,12 @@ status parse_target(std::string_view target, request& req) {
     }
   }
   return {};
+}
+
+std::string percent_encode(std::string_view s) {
+  boost::urls::encoding_opts opt;
+  opt.space_as_plus = false;
+  return boost::urls::encode(s, boost::urls::unreserved_chars, opt);
 }
 
 }  // namespace kstate::http

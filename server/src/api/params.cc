@@ -177,22 +177,6 @@ media negotiate(const call& c, bool ndjson_ok) {
   return media::none;
 }
 
-std::string query_escape(std::string_view s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 void fingerprint_add(std::string& fp, const std::optional<std::string>& v) {
   if (!v) {
     fp += '-';

@@ -67,9 +67,6 @@ param<std::optional<std::string>> after_of(const call& c);
 // the route streams, the part framing only from peers.
 enum class media { json, ndjson, part, none };
 media negotiate(const call& c, bool ndjson_ok);
-
-// Percent-encodes everything but RFC 3986 unreserved characters.
-std::string query_escape(std::string_view s);
 // Appends a length-prefixed field to a cursor fingerprint, so distinct queries never
 // share one.
 void fingerprint_add(std::string& fp, const std::optional<std::string>& v);

@@ -11,6 +11,7 @@
 #include "api/params.h"
 #include "api/placement.h"
 #include "api/render.h"
+#include "http/url.h"
 #include "query/cursor.h"
 #include "server/json_render.h"
 #include "server/problem.h"
@@ -117,7 +118,7 @@ http::response page_response(const state& st, const call& c, const range_request
     bool first = true;
     for (const auto& [k, v] : c.r().query) {
       if (k == "cursor") continue;
-      target += (first ? "" : "&") + query_escape(k) + "=" + query_escape(v);
+      target += (first ? "" : "&") + http::percent_encode(k) + "=" + http::percent_encode(v);
       first = false;
     }
     target += (first ? "" : "&") + std::string("cursor=") + *next;
@@ -174,7 +175,7 @@ peer_part page_part_request(const call& c, const range_request& rr, const std::s
   std::string target = c.path() + "?";
   for (const auto& [k, v] : c.r().query)
     if (k != "cursor" && k != "limit" && k != "min_position" && k != "timeout_ms")
-      target += query_escape(k) + "=" + query_escape(v) + "&";
+      target += http::percent_encode(k) + "=" + http::percent_encode(v) + "&";
   target += "limit=" + std::to_string(limit) + "&partitions=" + partition_list(parts);
   if (rr.q.after) target += "&after=" + query::base64url_encode(*rr.q.after);
   target += wait_params(c, parts, part.wait);
