@@ -19,9 +19,8 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/kstateConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/kstateConfig.cmake ${PROJECT_BINARY_DIR}/kstateConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kstate)
 
-# pkg-config: the libraries in link order (the embedding facade first, core last); the
-# dependencies as private ones, since every kstate library is static
-# (`pkg-config --static --libs kstate`).
+# pkg-config: the libraries in link order (the embedding facade first, core last), then
+# the system libraries they need (`pkg-config --cflags --libs kstate`).
 # The way up from the .pc file's directory to the prefix ("../.." for lib/pkgconfig).
 file(RELATIVE_PATH KSTATE_PC_UP /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/kstate.pc.in ${PROJECT_BINARY_DIR}/kstate.pc @ONLY)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -29,6 +30,7 @@ class child {
     int in[2], out[2];
     REQUIRE(::pipe(in) == 0);
     REQUIRE(::pipe(out) == 0);
+    std::fflush(nullptr);  // or the child would write the parent's buffered output again
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
@@ -102,6 +104,14 @@ TEST_CASE("the installed package builds the example, whose answers match a recou
   auto cflags = t::sh("PKG_CONFIG_PATH=" + prefix + "/lib/pkgconfig pkg-config --cflags kstate");
   CHECK(cflags.find("/include") != std::string::npos);
   CHECK(fs::equivalent(cflags.substr(2, cflags.find_first_of(" \n") - 2), prefix + "/include"));
+
+  // The same program built with nothing but pkg-config's flags links, and runs (its
+  // usage line, exit code 2, without arguments).
+  const auto pc_binary = work + "/order_service_pc";
+  t::sh("PKG_CONFIG_PATH=" + prefix + "/lib/pkgconfig ccache c++ -std=c++20 -O1 " + std::string(KSTATE_SOURCE_DIR) +
+        "/examples/embedded/order_service.cc -o " + pc_binary + " $(PKG_CONFIG_PATH=" + prefix +
+        "/lib/pkgconfig pkg-config --cflags --libs kstate)");
+  CHECK(WEXITSTATUS(std::system((pc_binary + " 2>/dev/null").c_str())) == 2);
 
   // A separate project: only the prefix is given, never kstate's source or build tree.
   const auto build = work + "/build";
