@@ -235,6 +235,20 @@ result<count_result> read_count_answer(const http::response& r) {
   return count_result{*count, *exact, std::move(*pos)};
 }
 
+namespace {
+
+// One rendered window ({"start","end","value","offset",...}).
+std::optional<window_value> window_of(const ordered& w) {
+  if (!w.is_object() || !w.contains("value")) return std::nullopt;
+  auto start = member<int64_t>(w, "start");
+  auto end = member<int64_t>(w, "end");
+  auto offset = member<int64_t>(w, "offset");
+  if (!start || !end || !offset) return std::nullopt;
+  return window_value{*start, *end, w["value"].dump(-1, ' ', false, ordered::error_handler_t::replace), *offset};
+}
+
+}  // namespace
+
 result<windows_result> read_windows_answer(const http::response& r) {
   if (r.status != 200) return error_of(r);
   auto j = body_of(r);
@@ -245,14 +259,32 @@ result<windows_result> read_windows_answer(const http::response& r) {
   if (!pos || !partition) return malformed("a key's windows");
   windows_result out;
   for (const auto& w : (*j)["data"]) {
-    if (!w.is_object() || !w.contains("value")) return malformed("a key's windows");
-    auto start = member<int64_t>(w, "start");
-    auto end = member<int64_t>(w, "end");
-    auto offset = member<int64_t>(w, "offset");
-    if (!start || !end || !offset) return malformed("a key's windows");
-    out.windows.push_back({*start, *end, w["value"].dump(-1, ' ', false, ordered::error_handler_t::replace), *offset});
+    auto win = window_of(w);
+    if (!win) return malformed("a key's windows");
+    out.windows.push_back(std::move(*win));
   }
   out.partition = *partition;
+  out.pos = std::move(*pos);
+  return out;
+}
+
+result<windows_page> read_windows_range_answer(const view_def& v, const http::response& r) {
+  if (r.status != 200) return error_of(r);
+  auto j = body_of(r);
+  if (!j || !j->contains("data") || !(*j)["data"].is_array() || !j->contains("metadata"))
+    return malformed("a page of windows");
+  const auto& meta = (*j)["metadata"];
+  auto pos = meta.is_object() && meta.contains("position") ? position_of(meta["position"]) : std::nullopt;
+  if (!pos) return malformed("a page of windows");
+  windows_page out;
+  for (const auto& w : (*j)["data"]) {
+    auto win = window_of(w);
+    auto key = w.is_object() && w.contains("key") ? key_bytes(v.key_format, w["key"]) : std::nullopt;
+    auto partition = member<int32_t>(w, "partition");
+    if (!win || !key || !partition) return malformed("a page of windows");
+    out.entries.push_back({std::move(*key), std::move(*win), *partition});
+  }
+  if (meta.contains("next") && meta["next"].is_string()) out.next = meta["next"].get<std::string>();
   out.pos = std::move(*pos);
   return out;
 }

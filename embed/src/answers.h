@@ -31,5 +31,7 @@ result<range_page> read_range_answer(const view_def& v, const http::response& r)
 result<count_result> read_count_answer(const http::response& r);
 // GET .../windows/{key}.
 result<windows_result> read_windows_answer(const http::response& r);
+// GET .../windows?...: one page.
+result<windows_page> read_windows_range_answer(const view_def& v, const http::response& r);
 
 }  // namespace kstate::embed::detail

@@ -311,6 +311,25 @@ result<windows_result> node::windows(const std::string& store, const std::string
   return detail::read_windows_answer(r);
 }
 
+result<windows_page> node::windows_range(const std::string& store, const windows_range_options& q,
+                                         const read_options& o) const {
+  auto a = impl_->admit();
+  if (!a) return stopped();
+  const auto* v = impl_->app->queries().find_store(store);
+  if (!v) return make_error(error_code::not_found, "no store '" + store + "'");
+  if (!o.min_position.empty())
+    return make_error(error_code::invalid_argument, "a page of windows takes no min_position (as over HTTP)");
+  if (o.route == routing::not_here)
+    if (auto e = impl_->elsewhere_any(store)) return *e;
+  std::string target = impl_->store_path(store) + "/windows?key_format=base64url&from=" + std::to_string(q.from) +
+                       "&to=" + std::to_string(q.to);
+  if (q.key_from) target += "&key_from=" + key_param(*q.key_from);
+  if (q.key_to) target += "&key_to=" + key_param(*q.key_to);
+  if (q.limit) target += "&limit=" + std::to_string(q.limit);
+  if (!q.cursor.empty()) target += "&cursor=" + http::percent_encode(q.cursor);
+  return detail::read_windows_range_answer(*v, impl_->ask("GET", target));
+}
+
 result<position> node::current_position(const std::string& store) const {
   auto a = impl_->admit();
   if (!a) return stopped();

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "kstate/kstate.h"
 #include "support.h"
@@ -291,6 +292,80 @@ TEST_CASE("in-process queries and change listeners answer what was produced") {
   n.stop();
   CHECK(n.get("orders", order_key(1)).err().code == error_code::unavailable);
   CHECK(sub->delivered() >= model.size());
+}
+
+TEST_CASE("windowed views: a key's windows and pages of windows across keys equal a recount") {
+  const auto topic = t::unique_name("embed-clicks");
+  t::create_topic(topic, 3);
+  // Clicks of 5 users, 37 s apart from three hours ago on: 10-minute windows.
+  constexpr int64_t size_ms = 600'000;
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const int64_t base = (now_ms - 3 * 3'600'000) / 3'600'000 * 3'600'000;
+  std::vector<t::produced> clicks;
+  std::map<std::pair<std::string, int64_t>, int> recount;  // (user, window start) -> clicks
+  for (int i = 0; i < 200; ++i) {
+    const auto user = "u" + std::to_string(i % 5);
+    const int64_t ts = base + i * 37'000;
+    clicks.push_back({user, R"({"n":)" + std::to_string(i) + "}", ts});
+    ++recount[{user, ts / size_ms * size_ms}];
+  }
+  t::produce_bytes(topic, clicks);
+
+  node_options o;
+  o.application_id = t::unique_name("embed-windows");
+  o.bootstrap_servers = t::bootstrap();
+  o.state_dir = t::temp_dir("embed-windows");
+  view_options per_user;
+  per_user.name = "clicks";
+  per_user.kind = view_kind::count;
+  per_user.topic = topic;
+  per_user.window = window_options{.size = "10m"};
+  o.views = {per_user};
+  auto created = node::create(o);
+  REQUIRE_MESSAGE(created.ok(), created.err().message);
+  node& n = **created;
+  REQUIRE(n.start().ok());
+  const int64_t from = base, to = base + 4 * 3'600'000;
+
+  // Every window of every user, as a recount would have them, in (user, start) order.
+  std::vector<std::tuple<std::string, int64_t, int64_t, std::string>> want;
+  for (const auto& [k, c] : recount) want.emplace_back(k.first, k.second, k.second + size_ms, std::to_string(c));
+  std::vector<std::tuple<std::string, int64_t, int64_t, std::string>> got;
+  REQUIRE(eventually([&] {
+    got.clear();
+    windows_range_options r{.from = from, .to = to, .limit = 7};
+    for (int pages = 0; pages < 1000; ++pages) {
+      auto page = n.windows_range("clicks", r);
+      if (!page.ok()) return false;
+      for (const auto& e : page->entries) got.emplace_back(e.key, e.window.start, e.window.end, e.window.value);
+      if (!page->next) break;
+      r.cursor = *page->next;
+    }
+    return got == want;
+  }));
+  CHECK(got == want);
+
+  // One user's windows, and a key range of two users.
+  auto one = n.windows("clicks", "u3", from, to);
+  REQUIRE_MESSAGE(one.ok(), one.err().message);
+  std::vector<std::tuple<std::string, int64_t, int64_t, std::string>> u3, want_u3, u1_u2, want_u1_u2;
+  for (const auto& w : one->windows) u3.emplace_back("u3", w.start, w.end, w.value);
+  for (const auto& w : want) {
+    if (std::get<0>(w) == "u3") want_u3.push_back(w);
+    if (std::get<0>(w) == "u1" || std::get<0>(w) == "u2") want_u1_u2.push_back(w);
+  }
+  CHECK(u3 == want_u3);
+  auto page = n.windows_range("clicks", {.key_from = "u1", .key_to = "u3", .from = from, .to = to, .limit = 1000});
+  REQUIRE_MESSAGE(page.ok(), page.err().message);
+  for (const auto& e : page->entries) u1_u2.emplace_back(e.key, e.window.start, e.window.end, e.window.value);
+  CHECK(u1_u2 == want_u1_u2);
+  CHECK_FALSE(page->next);
+  CHECK(n.windows_range("clicks", {.from = from, .to = to}, {.min_position = {{0, 1}}}).err().code ==
+        error_code::invalid_argument);
+  CHECK(n.windows_range("orders", {.from = from, .to = to}).err().code == error_code::not_found);
+  n.stop();
 }
 
 TEST_CASE("two nodes of one group: forwarding to the owner, or not_here naming it") {

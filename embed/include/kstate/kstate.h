@@ -248,6 +248,33 @@ struct windows_result {
   position pos;
 };
 
+/// Windows of a range of keys of a windowed store (half open), overlapping an interval
+/// of event time.
+struct windows_range_options {
+  std::optional<std::string> key_from;  ///< inclusive
+  std::optional<std::string> key_to;    ///< exclusive
+  int64_t from = 0;                     ///< windows overlapping [from, to), ms since the epoch
+  int64_t to = 0;
+  /// Windows per page; 0: query.default_limit. At most query.max_limit.
+  uint32_t limit = 0;
+  /// The `next` of the previous page; empty: the first page.
+  std::string cursor;
+};
+
+/// One window of one key.
+struct key_window {
+  std::string key;  ///< the group key
+  window_value window;
+  int32_t partition = -1;
+};
+
+/// One page of windows: by key (serialized byte order), then window start.
+struct windows_page {
+  std::vector<key_window> entries;
+  std::optional<std::string> next;  ///< cursor of the next page; nullopt: the last page
+  position pos;
+};
+
 // ---------------------------------------------------------------------------------
 // Change listeners.
 // ---------------------------------------------------------------------------------
@@ -336,6 +363,10 @@ class node {
   /// epoch).
   result<windows_result> windows(const std::string& store, const std::string& key, int64_t from, int64_t to,
                                  const read_options& o = {}) const;
+  /// One page of the windows of a range of keys of a windowed store, across every
+  /// partition (takes no min_position, as over HTTP).
+  result<windows_page> windows_range(const std::string& store, const windows_range_options& r,
+                                     const read_options& o = {}) const;
   /// The current position of a store's partitions held here.
   result<position> current_position(const std::string& store) const;
 
