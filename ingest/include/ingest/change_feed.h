@@ -1,0 +1,81 @@
+#pragma once
+// change_feed: the changes a table view applies, read again from its source topic, for
+// change subscriptions (GET /v1/stores/{store}/changes).
+//
+// A table view applies every record of its topic that it accepts, in each partition's
+// order: the record that an accepted record at offset o writes is the change that
+// takes the partition's position from o to o + 1. So the topic itself is the history
+// of the view's changes, and a position (partition -> next offset) names a point in it
+// exactly: reading on from a position gives every later change once, in order, on any
+// instance, whoever owns the partitions and through any rebalance. Records the view
+// rejects (validate(), as ingest decides) are no change. When the topic no longer
+// holds the offsets a position needs (retention deleted them), the feed says so
+// (not_found) instead of skipping ahead.
+//
+// Thread safety: none; one thread polls a feed at a time.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/view.h"
+#include "ingest/engine.h"
+
+namespace kstate::ingest {
+
+// The keys a subscription follows: these keys, or those with the prefix and in
+// [from, to) (serialized bytes; every bound optional).
+struct feed_selection {
+  std::vector<std::string> keys;  // when not empty, only these
+  std::optional<std::string> prefix, from, to;
+  bool matches(std::string_view key) const;
+};
+
+// One change: the record that made it, its key and its value (nullopt: a deletion).
+struct feed_change {
+  int32_t partition = 0;
+  int64_t offset = 0;
+  std::string key;
+  std::optional<std::string> value;
+};
+
+class change_feed {
+ public:
+  // Reads `view`'s topic on the partitions of `start`, each from its offset (the next
+  // one to read), or from the end of the partition as it is now when nullopt. Checks
+  // the offsets against what the topic holds: one before the partition's first offset
+  // is not_found (the history is gone), one past its end invalid_argument.
+  // The client's properties are the source consumer's (cfg.kafka, security included),
+  // reading committed records only, without a group.
+  static result<std::unique_ptr<change_feed>> open(const ingest_config& cfg, const view_def& view,
+                                                   const std::map<int32_t, std::optional<int64_t>>& start,
+                                                   int max_json_depth);
+  ~change_feed();
+  change_feed(const change_feed&) = delete;
+  change_feed& operator=(const change_feed&) = delete;
+
+  // Reads for up to `wait` (less once `max` changes or `max_bytes` of keys and values
+  // are in) and returns the changes of `sel` among the records read. position() moves
+  // past every record read, matching or not. not_found when the topic lost
+  // the offsets the position needs meanwhile.
+  result<std::vector<feed_change>> poll(const feed_selection& sel, std::chrono::milliseconds wait, size_t max,
+                                        size_t max_bytes);
+
+  // Per partition read, the next offset: every change before it was returned (or did
+  // not match), none after it.
+  const std::map<int32_t, int64_t>& position() const;
+
+  struct impl;
+
+ private:
+  explicit change_feed(std::unique_ptr<impl> i);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kstate::ingest
