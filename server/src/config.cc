@@ -424,9 +424,9 @@ app_config parse(const YAML::Node& root) {
   }
   if (auto q = root["query"]) {
     check_keys(q, "query",
-               {"default_limit", "max_limit", "max_batch_keys", "max_concurrent_scans", "exact_count_limit",
-                "default_wait_ms", "max_wait_ms", "max_response_bytes", "max_waiting_requests", "max_waiting_mb",
-                "worker_threads", "max_queued_work"});
+               {"default_limit", "max_limit", "max_batch_keys", "max_concurrent_scans", "max_subscriptions",
+                "exact_count_limit", "default_wait_ms", "max_wait_ms", "max_response_bytes", "max_waiting_requests",
+                "max_waiting_mb", "worker_threads", "max_queued_work"});
     if (q["max_response_bytes"])
       c.query.max_response_bytes =
           get_number<std::size_t>(q["max_response_bytes"], "query.max_response_bytes", 1024, std::size_t{1} << 32);
@@ -449,6 +449,8 @@ app_config parse(const YAML::Node& root) {
     if (q["max_concurrent_scans"])
       c.query.max_concurrent_scans =
           get_number<uint32_t>(q["max_concurrent_scans"], "query.max_concurrent_scans", 1, 10'000);
+    if (q["max_subscriptions"])
+      c.query.max_subscriptions = get_number<uint32_t>(q["max_subscriptions"], "query.max_subscriptions", 1, 10'000);
     if (q["exact_count_limit"])
       c.query.exact_count_limit =
           get_number<uint64_t>(q["exact_count_limit"], "query.exact_count_limit", 0, 1ull << 40);

@@ -64,12 +64,13 @@ std::string render_config(const app_config& c) {
   e << YAML::Key << "query" << YAML::Value << YAML::BeginMap << YAML::Key << "default_limit" << YAML::Value
     << c.query.default_limit << YAML::Key << "max_limit" << YAML::Value << c.query.max_limit << YAML::Key
     << "max_batch_keys" << YAML::Value << c.query.max_batch_keys << YAML::Key << "max_concurrent_scans" << YAML::Value
-    << c.query.max_concurrent_scans << YAML::Key << "exact_count_limit" << YAML::Value << c.query.exact_count_limit
-    << YAML::Key << "default_wait_ms" << YAML::Value << c.query.default_wait.count() << YAML::Key << "max_wait_ms"
-    << YAML::Value << c.query.max_wait.count() << YAML::Key << "max_response_bytes" << YAML::Value
-    << c.query.max_response_bytes << YAML::Key << "max_waiting_requests" << YAML::Value << c.waits.max_waiters
-    << YAML::Key << "max_waiting_mb" << YAML::Value << (c.waits.max_bytes >> 20) << YAML::Key << "worker_threads"
-    << YAML::Value << c.query.worker_threads << YAML::Key << "max_queued_work" << YAML::Value << c.query.max_queued_work
+    << c.query.max_concurrent_scans << YAML::Key << "max_subscriptions" << YAML::Value << c.query.max_subscriptions
+    << YAML::Key << "exact_count_limit" << YAML::Value << c.query.exact_count_limit << YAML::Key << "default_wait_ms"
+    << YAML::Value << c.query.default_wait.count() << YAML::Key << "max_wait_ms" << YAML::Value
+    << c.query.max_wait.count() << YAML::Key << "max_response_bytes" << YAML::Value << c.query.max_response_bytes
+    << YAML::Key << "max_waiting_requests" << YAML::Value << c.waits.max_waiters << YAML::Key << "max_waiting_mb"
+    << YAML::Value << (c.waits.max_bytes >> 20) << YAML::Key << "worker_threads" << YAML::Value
+    << c.query.worker_threads << YAML::Key << "max_queued_work" << YAML::Value << c.query.max_queued_work
     << YAML::EndMap;
   e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap << YAML::Key << "max_batch_records" << YAML::Value
     << c.ingest.max_batch_records << YAML::Key << "max_batch_delay_ms" << YAML::Value

@@ -45,6 +45,8 @@ constexpr row table[] = {
     {failure_reason::unauthenticated, "unauthenticated", {401, 40101, "Unauthenticated"}},
     {failure_reason::forbidden, "forbidden", {403, 40301, "Forbidden"}},
     {failure_reason::bad_peer, "bad_peer", {401, 40102, "Peer authentication failed"}},
+    {failure_reason::history_gone, "history_gone", {410, 41001, "Change history gone"}},
+    {failure_reason::subscription_capacity, "subscription_capacity", {503, 50309, "Too many subscriptions"}},
 };
 
 constexpr std::size_t internal_row = 18;

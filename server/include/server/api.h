@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "core/json_check.h"
 #include "core/membership.h"
 #include "core/ownership.h"
+#include "ingest/change_feed.h"
 #include "http/message.h"
 #include "query/engine.h"
 #include "query/freshness.h"
@@ -68,6 +70,12 @@ struct api_config {
   // beyond it 503 (50308). Defaults 2 and 1,024.
   int worker_threads = 2;
   std::size_t max_queued_work = 1'024;
+  // Change subscriptions (GET .../changes) open at once; more get 503 (50309).
+  // Default 64.
+  uint32_t max_subscriptions = 64;
+  // A subscription with nothing to send says where it is this often (not a YAML key:
+  // the server sets it under http.read_timeout_ms, which would cut a silent stream).
+  std::chrono::milliseconds feed_heartbeat{5'000};
 };
 
 // The secret every instance of the group shares (at least 16 bytes), which signs the
@@ -123,6 +131,12 @@ struct api_context {
   // Sends copies of this instance's partitions to instances taking them over (internal
   // routes); null: none are sent.
   std::shared_ptr<snapshot_sender> snapshots;
+  // Opens a reader of a table view's changes from the given positions (partition ->
+  // next offset; nullopt: the end), for change subscriptions (ingest/change_feed.h).
+  // Empty: the changes route answers 503.
+  std::function<result<std::unique_ptr<ingest::change_feed>>(const view_def&,
+                                                             const std::map<int32_t, std::optional<int64_t>>&)>
+      open_feed;
 };
 
 // One route: method and path template, e.g. GET /v1/stores/{store}/keys/{key}.

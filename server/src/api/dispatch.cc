@@ -39,6 +39,8 @@ state::state(api_context c) : ctx(std::move(c)) {
   }
 }
 
+state::~state() { feeds->wait_all(); }
+
 prometheus::Histogram* state::duration_of(const route* r, const char* method, unsigned status) const {
   if (!m_duration) return nullptr;
   const auto key = std::make_tuple(r, method, status);

@@ -25,6 +25,9 @@ outcome range(const state&, const call&);
 outcome windows_range(const state&, const call&);
 outcome count(const state&, const call&);
 
+// changes.cc: change subscriptions of table views (SSE, NDJSON)
+outcome changes(const state&, const call&);
+
 // snapshots.cc: copies of a partition sent to another instance (internal routes)
 outcome snapshot_get(const state&, const call&);
 outcome snapshot_open(const state&, const call&);

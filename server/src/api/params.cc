@@ -20,8 +20,8 @@ std::optional<int64_t> parse_int(std::string_view s) {
   return v;
 }
 
-// Parses "p:o[,p:o...]" (offsets of records that must be applied); a partition named
-// twice keeps its larger offset.
+}  // namespace
+
 std::optional<position> parse_position(std::string_view s) {
   position out;
   if (s.empty()) return std::nullopt;
@@ -40,8 +40,6 @@ std::optional<position> parse_position(std::string_view s) {
   }
   return out;
 }
-
-}  // namespace
 
 param<const view_def*> store_of(const state& st, const call& c) {
   const auto* v = st.ctx.queries->find_store(c.store);

@@ -57,6 +57,10 @@ struct wait_bound {
 };
 param<std::optional<wait_bound>> min_position_of(const state& st, const http::request& req, int32_t partition_count);
 
+// "p:o[,p:o...]" as a position; nullopt when malformed. A partition named twice keeps
+// its larger offset.
+std::optional<position> parse_position(std::string_view s);
+
 // `partitions` (a peer's part of a gather): distinct partitions of the topic, in the
 // order given; nullopt when absent.
 param<std::optional<std::vector<int32_t>>> partitions_of(const call& c, int32_t partition_count);

@@ -9,10 +9,12 @@
 // dispatch.cc runs it.
 
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -42,10 +44,31 @@ using clock_type = std::chrono::steady_clock;
 
 struct route;
 
+// The threads of open change subscriptions (changes.cc): counted against
+// query.max_subscriptions, and waited for when the API is destroyed.
+class feed_threads {
+ public:
+  // Counts one in; false when `max` are open.
+  bool enter(uint32_t max);
+  // Counts one out (its thread ends, or its subscription never started).
+  void leave();
+  uint32_t open() const;
+  // Until every one is out.
+  void wait_all();
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  uint32_t open_ = 0;
+};
+
 // The wiring (api_context) and what the API derives from it. Immutable after
 // construction except the atomics; shared by every request.
 struct state : std::enable_shared_from_this<state> {
   explicit state(api_context c);
+  // Waits for the threads of change subscriptions, which end once their streams are
+  // released (the server is stopped before the API).
+  ~state();
 
   api_context ctx;
   std::unique_ptr<worker_pool> workers;
@@ -54,6 +77,8 @@ struct state : std::enable_shared_from_this<state> {
   std::shared_ptr<const peer_signer> signer() const;
   // Streaming scans open now (query.max_concurrent_scans).
   mutable std::atomic<uint32_t> open_scans{0};
+  // Change subscriptions open now (query.max_subscriptions).
+  std::shared_ptr<feed_threads> feeds = std::make_shared<feed_threads>();
   prometheus::Family<prometheus::Histogram>* m_duration = nullptr;
   prometheus::Family<prometheus::Counter>* m_peer_requests = nullptr;
   // The request duration histogram of a route (null: no route matched), a method label
