@@ -521,6 +521,53 @@ test('a windowed store shows per-minute counts equal to a recount, for one key a
   await shot('browse-windows-range-phone-dark', { fullPage: false });
 });
 
+test('the live view of a prefix shows each change as it is applied, newest first, and nothing else', async () => {
+  await setView(DESKTOP, 'light');
+  await open('#/browse/users');
+  const page = run.page;
+  await page.getByTestId('live-prefix').fill('user-02');
+  await page.getByTestId('live-follow').click();
+  await page.getByTestId('live-summary').locator('.tag', { hasText: 'live' }).waitFor();
+
+  // Changes of the prefix (new values, a deletion) and one outside it, produced after
+  // the view started following; the model is updated for the tests after this one.
+  const changed = [];
+  for (let i = 201; i <= 204; i++) changed.push([`user-0${i}`, { name: `Live ${i}`, visits: i }]);
+  changed.push(['user-0205', null]);
+  const lines = [...changed, ['team/beta', { name: 'Team Beta' }]].map(([k, v]) => `${k}\t${v === null ? 'NULL' : JSON.stringify(v)}`);
+  kafka(
+    ['console-producer', '--topic', run.topic, '--property', 'parse.key=true', '--property', 'key.separator=\t', '--property', 'null.marker=NULL'],
+    lines.join('\n') + '\n',
+  );
+  for (const [k, v] of [...changed, ['team/beta', { name: 'Team Beta' }]]) {
+    if (v === null) run.latest.delete(k);
+    else run.latest.set(k, v);
+  }
+
+  await page.waitForFunction((n) => document.querySelectorAll('[data-testid="live-row"]').length >= n, changed.length, { timeout: 30_000 });
+  await sleep(1000); // anything else would have come by now
+  const keys = await page.getByTestId('live-key').allInnerTexts();
+  const values = await page.getByTestId('live-value').allInnerTexts();
+  // Rows come newest first in arrival order, which interleaves partitions: compared as
+  // a set, each with its own value.
+  assert.deepEqual([...keys].sort(), changed.map(([k]) => k).sort(), 'exactly the changes of the prefix');
+  for (let i = 0; i < keys.length; i++) {
+    const want = changed.find(([k]) => k === keys[i])[1];
+    if (want === null) assert.equal(values[i], 'deleted');
+    else assert.deepEqual(JSON.parse(values[i]), want, `value of ${keys[i]}`);
+  }
+  assert.match(await page.getByTestId('live-summary').innerText(), /\b5\s+changes since following/);
+  assert.match(await page.getByTestId('live-position').innerText(), /^\d+:\d+(,\d+:\d+)*$/);
+  await page.evaluate(() => document.getElementById('live').scrollIntoView());
+  await shot('browse-live-desktop-light', { fullPage: false });
+  await setView(PHONE, 'light');
+  await page.evaluate(() => document.getElementById('live').scrollIntoView());
+  await shot('browse-live-phone-light', { fullPage: false });
+  await setView(DESKTOP, 'dark');
+  await shot('browse-live-desktop-dark', { fullPage: false });
+  await page.getByTestId('live-stop').click();
+});
+
 test('API errors are shown as readable problems, not blank panels', async () => {
   await setView(DESKTOP, 'light');
   // A key that is not a long: 400 bad_key_encoding from the API.

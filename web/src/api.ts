@@ -28,6 +28,23 @@ export type Problem = Schemas['Problem'];
 export type KeyNotFoundProblem = Schemas['KeyNotFoundProblem'];
 export type KeyFormat = 'string' | 'base64url' | 'long' | 'json';
 
+// One event of GET /v1/stores/{store}/changes (the data of a `change` event).
+export interface Change {
+  key: unknown;
+  value: unknown; // null when deleted
+  deleted: boolean;
+  partition: number;
+  offset: number;
+  position: string; // the position this change completes ("0:12,1:40"): its event id
+}
+
+// The URL of a change subscription of a prefix of a store (Server-Sent Events).
+export function changesUrl(store: string, prefix: string, keyFormat: KeyFormat): string {
+  const params = new URLSearchParams({ key_format: keyFormat });
+  if (prefix) params.set('prefix', prefix);
+  return `/v1/stores/${encodeURIComponent(store)}/changes?${params}`;
+}
+
 export type Cluster = Ok<'/v1/cluster', 'get'>;
 export type ClusterInstance = Cluster['instances'][number];
 export type ClusterPartition = Cluster['partitions'][number];

@@ -2,10 +2,12 @@ import { useEffect, useState } from 'preact/hooks';
 
 import {
   ApiError,
+  changesUrl,
   isWindowed,
   listStores,
   lookup,
   range,
+  type Change,
   type KeyFormat,
   type Lookup,
   type RangePage,
@@ -71,6 +73,7 @@ export function Browse({ store, query }: { store: string | undefined; query: URL
         <div class="browse-grid">
           <LookupCard key={current.name} store={current} query={query} />
           <RangeCard key={`r-${current.name}`} store={current} />
+          {current.kind === 'table' && <LiveCard key={`l-${current.name}`} store={current} />}
         </div>
       )}
     </>
@@ -403,6 +406,145 @@ function RangeCard({ store }: { store: Store }) {
       )}
       {!loaded && error && <ProblemView error={error} context="Range" />}
       {!loaded && !error && !busy && <p class="hint muted small">Keys come back in byte order across all partitions; pages follow the cursor in <code>metadata.next</code>.</p>}
+    </Card>
+  );
+}
+
+// ---- changes as they come -------------------------------------------------------
+
+// Changes kept on screen, newest first.
+const LIVE_KEEP = 100;
+
+type LiveState = 'connecting' | 'live' | 'reconnecting' | 'ended';
+
+function LiveCard({ store }: { store: Store }) {
+  const [prefix, setPrefix] = useState('');
+  const [format, setFormat] = useState<KeyFormat>(defaultFormat(store));
+  const [following, setFollowing] = useState<{ prefix: string; format: KeyFormat } | null>(null);
+  const [changes, setChanges] = useState<Change[]>([]);
+  const [seen, setSeen] = useState(0);
+  const [state, setState] = useState<LiveState>('connecting');
+  const [position, setPosition] = useState('');
+  const [ended, setEnded] = useState<string | null>(null);
+
+  useEffect(() => {
+    if (!following) return;
+    setChanges([]);
+    setSeen(0);
+    setEnded(null);
+    setState('connecting');
+    // EventSource reconnects by itself, sending the last event's id (a position), so
+    // nothing is missed or shown twice across a reconnection.
+    const es = new EventSource(changesUrl(store.name, following.prefix, following.format));
+    const at = (e: Event) => {
+      setState('live');
+      setPosition((JSON.parse((e as MessageEvent<string>).data) as { position: string }).position);
+    };
+    es.addEventListener('start', at);
+    es.addEventListener('position', at);
+    es.addEventListener('change', (e) => {
+      const c = JSON.parse((e as MessageEvent<string>).data) as Change;
+      setState('live');
+      setPosition(c.position);
+      setSeen((n) => n + 1);
+      setChanges((prev) => [c, ...prev].slice(0, LIVE_KEEP));
+    });
+    es.addEventListener('error', (e) => {
+      // The server's own error event (the history is gone) carries data; the browser's
+      // (connection lost, or refused) does not.
+      const data = (e as MessageEvent<string>).data;
+      if (data) {
+        setEnded((JSON.parse(data) as { detail: string }).detail);
+        es.close();
+        setState('ended');
+      } else {
+        setState(es.readyState === EventSource.CLOSED ? 'ended' : 'reconnecting');
+      }
+    });
+    return () => es.close();
+  }, [following, store.name]);
+
+  const stateTag =
+    state === 'live' ? (
+      <span class="tag tag-ok">live</span>
+    ) : state === 'ended' ? (
+      <span class="tag">ended</span>
+    ) : (
+      <span class="tag">{state}…</span>
+    );
+
+  return (
+    <Card title="Changes as they come" id="live">
+      <form
+        class="form-row"
+        onSubmit={(e) => {
+          e.preventDefault();
+          setFollowing({ prefix, format });
+        }}
+      >
+        <label class="field grow">
+          <span>Prefix</span>
+          <input class="mono" data-testid="live-prefix" value={prefix} placeholder="empty: every key" onInput={(e) => setPrefix((e.target as HTMLInputElement).value)} spellcheck={false} />
+        </label>
+        <FormatSelect value={format} onChange={setFormat} />
+        <button class="btn btn-primary" type="submit" data-testid="live-follow">
+          {following ? 'Follow again' : 'Follow'}
+        </button>
+        {following && (
+          <button class="btn" type="button" data-testid="live-stop" onClick={() => setFollowing(null)}>
+            Stop
+          </button>
+        )}
+      </form>
+      {following ? (
+        <>
+          <div class="range-summary" data-testid="live-summary">
+            {stateTag} <strong>{fmt.int(seen)}</strong> {seen === 1 ? 'change' : 'changes'} since following
+            {position && (
+              <span class="muted small">
+                {' '}
+                · position <code data-testid="live-position">{position}</code>
+              </span>
+            )}
+          </div>
+          {ended && <p class="problem-detail" data-testid="live-ended">{ended}</p>}
+          {changes.length === 0 ? (
+            <p class="empty">No change of the selection yet; new ones appear here as they are applied.</p>
+          ) : (
+            <div class="table-wrap">
+              <table class="table kv" data-testid="live-table">
+                <thead>
+                  <tr>
+                    <th>Key</th>
+                    <th>New value</th>
+                    <th class="num">Partition</th>
+                    <th class="num">Offset</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {changes.map((c) => (
+                    <tr class="kv-row" data-testid="live-row">
+                      <td class="kv-key" data-testid="live-key">
+                        <KeyText k={c.key} />
+                      </td>
+                      <td class="kv-value" data-testid="live-value">
+                        {c.deleted ? <span class="tag">deleted</span> : <Json value={c.value} pretty={false} />}
+                      </td>
+                      <td class="num">{c.partition}</td>
+                      <td class="num">{fmt.int(c.offset)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </>
+      ) : (
+        <p class="hint muted small">
+          Follows the store&apos;s changes from now on (Server-Sent Events from <code>/v1/stores/{store.name}/changes</code>), newest first; a dropped connection
+          resumes from the last change shown.
+        </p>
+      )}
     </Card>
   );
 }
