@@ -7,6 +7,7 @@
 // from it (from_position=, or SSE's Last-Event-ID) delivers every later change of the
 // selection once, in each partition's order.
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -86,6 +87,9 @@ struct feed_shared {
   std::chrono::milliseconds heartbeat{5'000};
   size_t max_piece_bytes = 1u << 20;
   std::shared_ptr<feed_threads> threads;
+  // Set once the instance shuts down: the stream then ends, and the client resumes on
+  // another instance (may be null).
+  const std::atomic<bool>* draining = nullptr;
 
   std::mutex mu;
   std::condition_variable wake;
@@ -112,6 +116,7 @@ struct feed_shared {
   }
 
   bool stopping() {
+    if (draining && draining->load()) return true;
     std::lock_guard lock(mu);
     return stop;
   }
@@ -333,6 +338,7 @@ outcome changes(const state& st, const call& c) {
                       shared->media = m;
                       shared->heartbeat = st.ctx.limits.feed_heartbeat;
                       shared->threads = st.feeds;
+                      shared->draining = st.ctx.draining;
                       http::response r;
                       r.content_type = m == feed_media::sse ? "text/event-stream" : "application/x-ndjson";
                       r.with_header("Cache-Control", "no-cache");
