@@ -16,6 +16,7 @@
 #include "answers.h"
 #include "changes.h"
 #include "http/url.h"
+#include "ingest/change_feed.h"
 #include "options.h"
 #include "query/key_format.h"
 #include "server/app.h"
@@ -358,6 +359,65 @@ result<subscription> node::listen(const std::string& store, std::function<void(c
   };
   impl_->hub->add(s);
   return subscription(std::move(s));
+}
+
+struct change_stream::impl {
+  std::unique_ptr<ingest::change_feed> feed;
+  ingest::feed_selection sel;
+};
+
+change_stream::change_stream() = default;
+change_stream::change_stream(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
+change_stream::~change_stream() = default;
+change_stream::change_stream(change_stream&&) noexcept = default;
+change_stream& change_stream::operator=(change_stream&&) noexcept = default;
+
+result<std::vector<feed_event>> change_stream::next(std::chrono::milliseconds wait, size_t max) {
+  if (!impl_) return make_error(error_code::invalid_argument, "this change stream was moved from");
+  position running = impl_->feed->position();
+  auto got = impl_->feed->poll(impl_->sel, wait, max, 16u << 20);
+  if (!got.ok()) return from_status(got.error());
+  std::vector<feed_event> out;
+  out.reserve(got->size());
+  for (auto& c : *got) {
+    running[c.partition] = c.offset + 1;
+    out.push_back({std::move(c.key), std::move(c.value), c.partition, c.offset, running});
+  }
+  return out;
+}
+
+position change_stream::pos() const { return impl_ ? impl_->feed->position() : position{}; }
+
+result<change_stream> node::changes(const std::string& store, const changes_options& o) const {
+  auto a = impl_->admit();
+  if (!a) return stopped();
+  const auto* v = impl_->app->queries().find_store(store);
+  if (!v) return make_error(error_code::not_found, "no store '" + store + "'");
+  if (!o.keys.empty() && (o.prefix || o.from || o.to))
+    return make_error(error_code::invalid_argument, "keys cannot be combined with prefix, from or to");
+  const int32_t count = impl_->app->ownership().partition_count(v->topic);
+  if (count <= 0) return make_error(error_code::unavailable, "partition count of '" + v->topic + "' not known yet");
+  std::map<int32_t, std::optional<int64_t>> start;
+  if (o.keys.empty()) {
+    for (int32_t p = 0; p < count; ++p) start[p] = std::nullopt;
+  } else {
+    for (const auto& k : o.keys)
+      if (auto loc = impl_->app->queries().locate(store, k)) start[loc->second] = std::nullopt;
+  }
+  if (!o.from_position.empty())
+    for (auto& [p, at] : start) {
+      auto it = o.from_position.find(p);
+      if (it == o.from_position.end())
+        return make_error(error_code::invalid_argument, "from_position names no offset for partition " +
+                                                            std::to_string(p) + ", which this stream follows");
+      at = it->second;
+    }
+  auto feed = ingest::change_feed::open(impl_->cfg.ingest, *v, start, impl_->cfg.query.max_json_depth);
+  if (!feed.ok()) return from_status(feed.error());
+  auto i = std::make_unique<change_stream::impl>();
+  i->feed = std::move(feed.value());
+  i->sel = {o.keys, o.prefix, o.from, o.to};
+  return change_stream(std::move(i));
 }
 
 }  // namespace kstate::embed

@@ -95,12 +95,13 @@ result<std::vector<feed_change>> change_feed::poll(const feed_selection& sel, st
   size_t bytes = 0;
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (out.size() < max && bytes < max_bytes) {
+    // Waits for the first change; after it, takes only what is already fetched.
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 && !out.empty()) break;
-    message_ptr m(rd_kafka_consumer_poll(impl_->consumer.get(), static_cast<int>(std::max<int64_t>(0, left.count()))));
+    const int timeout = out.empty() ? static_cast<int>(std::max<int64_t>(0, left.count())) : 0;
+    message_ptr m(rd_kafka_consumer_poll(impl_->consumer.get(), timeout));
     if (!m) {
-      if (left.count() <= 0) break;
+      if (!out.empty() || left.count() <= 0) break;
       continue;
     }
     if (m->err) {

@@ -235,6 +235,59 @@ TEST_CASE("in-process queries and change listeners answer what was produced") {
     }));
   }
 
+  SUBCASE("a change stream gives every order once in each partition's order, and resumes from any event") {
+    // What the topic holds, per partition in offset order.
+    std::map<int32_t, std::vector<std::pair<int64_t, std::string>>> want;
+    for (size_t i = 0; i < records.size(); ++i) want[where[i].first].push_back({where[i].second, *records[i].key});
+    position beginning;
+    for (const auto& [p, recs] : want) beginning[p] = 0;
+    auto read_all = [&](change_stream& s) {
+      std::vector<feed_event> out;
+      REQUIRE(eventually([&] {
+        auto got = s.next(std::chrono::milliseconds(200));
+        REQUIRE_MESSAGE(got.ok(), got.err().message);
+        out.insert(out.end(), got->begin(), got->end());
+        return out.size() >= records.size();
+      }));
+      return out;
+    };
+    auto stream = n.changes("orders", {.from_position = beginning});
+    REQUIRE_MESSAGE(stream.ok(), stream.err().message);
+    auto events = read_all(*stream);
+    REQUIRE(events.size() == records.size());
+    std::map<int32_t, std::vector<std::pair<int64_t, std::string>>> got;
+    for (const auto& e : events) {
+      got[e.partition].push_back({e.offset, e.key});
+      CHECK(e.value == model[e.key].value);
+      CHECK(e.pos.at(e.partition) == e.offset + 1);
+    }
+    CHECK(got == want);
+    // From the position of the 20th event: exactly the events after it.
+    auto resumed = n.changes("orders", {.from_position = events[19].pos});
+    REQUIRE(resumed.ok());
+    std::vector<feed_event> rest;
+    REQUIRE(eventually([&] {
+      auto more = resumed->next(std::chrono::milliseconds(200));
+      REQUIRE(more.ok());
+      rest.insert(rest.end(), more->begin(), more->end());
+      return rest.size() >= records.size() - 20;
+    }));
+    std::multiset<std::pair<int32_t, int64_t>> after, expected;
+    for (const auto& e : rest) after.insert({e.partition, e.offset});
+    for (size_t i = 20; i < events.size(); ++i) expected.insert({events[i].partition, events[i].offset});
+    CHECK(after == expected);
+    // One key, and the refusals.
+    auto one = n.changes("orders", {.keys = {order_key(7)}, .from_position = beginning});
+    REQUIRE(one.ok());
+    auto seven = one->next(std::chrono::seconds(5));
+    REQUIRE(seven.ok());
+    REQUIRE(seven->size() == 1);
+    CHECK((*seven)[0].key == order_key(7));
+    CHECK(n.changes("by_customer").err().code == error_code::invalid_argument);
+    CHECK(n.changes("orders", {.from_position = {{0, 0}}}).err().code == error_code::invalid_argument);
+    CHECK(n.changes("nope").err().code == error_code::not_found);
+  }
+
   SUBCASE("listeners hear every applied change with its old value and position") {
     REQUIRE(eventually([&] {
       std::lock_guard lock(mu);

@@ -297,6 +297,53 @@ struct listen_options {
   std::size_t max_queued = 10'000;
 };
 
+/// What a change stream follows, and from where (GET .../changes over HTTP).
+struct changes_options {
+  /// These keys; when empty, the keys with `prefix` and in [from, to) (all when unset).
+  std::vector<std::string> keys;
+  std::optional<std::string> prefix, from, to;
+  /// Per partition followed, the next offset to read (an answer's or an event's
+  /// position); empty: from the end of each partition now. When given, it must cover
+  /// every partition followed (every partition of the topic, or those of `keys`).
+  position from_position;
+};
+
+/// One change read from a table view's history (its topic): the record's key and
+/// value as produced (nullopt: a deletion).
+struct feed_event {
+  std::string key;
+  std::optional<std::string> value;
+  int32_t partition = -1;
+  int64_t offset = -1;
+  /// The position this change completes: a stream opened from it gets every later
+  /// change once.
+  position pos;
+};
+
+/// The changes of a table view from a position on, read from its topic (so on any
+/// node, whoever owns the partitions). Not thread-safe: one thread reads a stream.
+class change_stream {
+ public:
+  change_stream();
+  ~change_stream();
+  change_stream(change_stream&&) noexcept;
+  change_stream& operator=(change_stream&&) noexcept;
+  /// The changes that come within `wait` (at most `max`), in each partition's order.
+  /// not_found when the topic no longer holds the changes after the stream's position
+  /// (retention deleted them): read the current values and follow from their position.
+  result<std::vector<feed_event>> next(std::chrono::milliseconds wait, size_t max = 1'000);
+  /// Where the stream is: every change before it was returned or is not followed.
+  position pos() const;
+
+  /// The library's own state of a stream (not part of the API).
+  struct impl;
+
+ private:
+  friend class node;
+  explicit change_stream(std::unique_ptr<impl> i);
+  std::unique_ptr<impl> impl_;
+};
+
 class node;
 
 /// A subscription to a store's changes. Destroying it (or node::stop()) ends it: the
@@ -369,6 +416,12 @@ class node {
                                      const read_options& o = {}) const;
   /// The current position of a store's partitions held here.
   result<position> current_position(const std::string& store) const;
+
+  /// A stream of a table view's changes from `o.from_position` (the REST API's change
+  /// subscriptions, in process): invalid_argument for an aggregate store or a position
+  /// that misses a followed partition or lies past a partition's end, not_found when the
+  /// topic no longer holds the changes after it.
+  result<change_stream> changes(const std::string& store, const changes_options& o = {}) const;
 
   /// Calls `on_change` on a thread of the subscription's own for every change this
   /// node applies to `store` from now on, in each partition's order. Back-pressure:

@@ -60,8 +60,8 @@ class change_feed {
   change_feed(const change_feed&) = delete;
   change_feed& operator=(const change_feed&) = delete;
 
-  // Reads for up to `wait` (less once `max` changes or `max_bytes` of keys and values
-  // are in) and returns the changes of `sel` among the records read. position() moves
+  // Waits up to `wait` for a change of `sel`, then takes what is already fetched (up
+  // to `max` changes or `max_bytes` of keys and values) and returns those changes. position() moves
   // past every record read, matching or not. not_found when the topic lost
   // the offsets the position needs meanwhile.
   result<std::vector<feed_change>> poll(const feed_selection& sel, std::chrono::milliseconds wait, size_t max,
