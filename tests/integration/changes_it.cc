@@ -339,7 +339,13 @@ TEST_CASE("chosen keys as NDJSON, and the refusals: history gone, positions, med
     }
     for (const auto& l : lines) quiet = quiet || l["type"] == "position";
   }
+  // The subscription is counted while it streams, and no longer once it is closed (the
+  // server notices at its next write: a heartbeat at the latest, every 5 s).
+  CHECK(ks.metric_sum("kstate_query_open_subscriptions") == 1);
   ::close(fd);
+  for (int i = 0; i < 150 && ks.metric_sum("kstate_query_open_subscriptions") != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(ks.metric_sum("kstate_query_open_subscriptions") == 0);
   CHECK(raw.rfind("HTTP/1.1 200", 0) == 0);
   CHECK(raw.find("application/x-ndjson") != std::string::npos);
   REQUIRE(quiet);

@@ -149,6 +149,8 @@ outcome metrics(const state& st, const call& c) {
              static_cast<double>(st.workers->queued()));
   add_sample(families, "kstate_query_open_scans", "NDJSON scans streaming now", MetricType::Gauge,
              static_cast<double>(st.open_scans.load()));
+  add_sample(families, "kstate_query_open_subscriptions", "Change subscriptions streaming now", MetricType::Gauge,
+             static_cast<double>(st.feeds->open()));
   http::response r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = prometheus::TextSerializer().Serialize(families);
