@@ -1,7 +1,8 @@
 // Time to live of table views against the real broker (docs/configuration.md#time-to-live):
 // keys expire by their record timestamps or by when they were applied, every read agrees
-// before any compaction, and expired keys stay expired across a restart and a rebuild
-// from an empty state directory.
+// before any compaction, and expired keys stay expired across a restart, a rebuild from
+// an empty state directory and a copy to another instance, whose answers for the whole
+// store agree.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -174,5 +175,25 @@ TEST_CASE("keys expire by record time or ingest time, in every read, and stay ex
   check_reads(c2, "by_record", candidates_a, left_a);
   check_reads(c2, "by_ingest", candidates_b, none);
   check_reads(c2, "forever", candidates_a, all_a);
+
+  // A second instance takes partitions over by copying them from x (bootstrap), and
+  // either instance answers for the whole store, gathering each owner's filtered part.
+  kstate_process y(app, views, dir + "/y", "peer_bootstrap: {min_offsets: 1}\n");
+  y.start();
+  y.wait_ready();
+  std::string why;
+  bool settled = false;
+  for (int i = 0; i < 300 && !(settled = group_settled({x.port(), y.port()}, 6, &why)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE_MESSAGE(settled, why);
+  CHECK(y.metric_sum("kstate_bootstrap_copies_total") > 0);
+  for (uint16_t port : {x.port(), y.port()}) {
+    CAPTURE(port);
+    http_client c3(port);
+    check_reads(c3, "by_record", candidates_a, left_a);
+    check_reads(c3, "by_ingest", candidates_b, none);
+    check_reads(c3, "forever", candidates_a, all_a);
+  }
+  REQUIRE(y.terminate() == 0);
   REQUIRE(x.terminate() == 0);
 }
