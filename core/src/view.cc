@@ -25,6 +25,8 @@ constexpr names<agg_field> agg_fields[] = {{agg_field::count, "count"},
                                            {agg_field::min, "min"},
                                            {agg_field::max, "max"},
                                            {agg_field::mean, "mean"}};
+constexpr names<ttl_clock> ttl_clocks[] = {{ttl_clock::record_time, "record_time"},
+                                           {ttl_clock::ingest_time, "ingest_time"}};
 
 template <typename E, std::size_t N>
 const char* name_in(const names<E> (&table)[N], E value) noexcept {
@@ -51,10 +53,12 @@ const char* to_string(view_kind k) noexcept { return name_in(view_kinds, k); }
 const char* to_string(group_by_kind g) noexcept { return name_in(group_by_kinds, g); }
 const char* to_string(reduce_op r) noexcept { return name_in(reduce_ops, r); }
 const char* to_string(agg_field f) noexcept { return name_in(agg_fields, f); }
+const char* to_string(ttl_clock c) noexcept { return name_in(ttl_clocks, c); }
 
 bool parse_data_format(std::string_view s, data_format& out) noexcept { return parse_in(data_formats, s, out); }
 bool parse_view_kind(std::string_view s, view_kind& out) noexcept { return parse_in(view_kinds, s, out); }
 bool parse_reduce_op(std::string_view s, reduce_op& out) noexcept { return parse_in(reduce_ops, s, out); }
 bool parse_agg_field(std::string_view s, agg_field& out) noexcept { return parse_in(agg_fields, s, out); }
+bool parse_ttl_clock(std::string_view s, ttl_clock& out) noexcept { return parse_in(ttl_clocks, s, out); }
 
 }  // namespace kstate

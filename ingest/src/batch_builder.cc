@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 
 #include "core/json_check.h"
 #include "core/utf8.h"
@@ -49,12 +50,18 @@ std::string validate(const view_def& view, const record& r, int max_json_depth) 
   return {};
 }
 
-batch_builder::batch_builder(storage::db& db, int max_json_depth)
-    : db_(db), max_json_depth_(max_json_depth), batch_(db.new_batch()) {}
+batch_builder::batch_builder(storage::db& db, int max_json_depth, std::function<int64_t()> clock)
+    : db_(db), max_json_depth_(max_json_depth), clock_(std::move(clock)), batch_(db.new_batch()) {
+  if (!clock_)
+    clock_ = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+}
 
 result<std::unique_ptr<batch_builder>> batch_builder::create(storage::db& db, const std::vector<view_def>& views,
-                                                             int max_json_depth) {
-  std::unique_ptr<batch_builder> b(new batch_builder(db, max_json_depth));
+                                                             int max_json_depth, std::function<int64_t()> clock) {
+  std::unique_ptr<batch_builder> b(new batch_builder(db, max_json_depth, std::move(clock)));
   for (const auto& v : views) {
     if (v.is_aggregate()) continue;  // applied by the aggregate pipeline
     auto id = db.find_view(v.name);
@@ -71,7 +78,20 @@ void batch_builder::set_view_position(std::string_view topic, int32_t partition,
   view_pos_[{*id, std::string(topic), partition}] = view_position{next_offset, false};
 }
 
+void batch_builder::set_catch_up(std::string_view topic, int32_t partition, int64_t end) {
+  catch_up_[{std::string(topic), partition}] = end;
+  cursor_valid_ = false;
+}
+
+int64_t batch_builder::ttl_time(const ttl_spec& ttl, const record& r, bool catching_up, int64_t now) noexcept {
+  if (r.timestamp < 0) return now;
+  if (ttl.clock == ttl_clock::record_time) return r.timestamp;
+  return catching_up ? std::min(now, r.timestamp) : now;
+}
+
 void batch_builder::forget_partition(std::string_view topic, int32_t partition) {
+  catch_up_.erase({std::string(topic), partition});
+  cursor_valid_ = false;
   auto it = by_topic_.find(topic);
   if (it == by_topic_.end()) return;
   // Positions this batch already moved stay in it, as if written with each record.
@@ -104,6 +124,8 @@ batch_builder::partition_cursor& batch_builder::cursor_for(std::string_view topi
   c.per_view.clear();
   auto it = by_topic_.find(topic);
   c.slots = it == by_topic_.end() ? nullptr : &it->second;
+  auto cu = catch_up_.find(c.tp);
+  c.catch_up_end = cu == catch_up_.end() ? 0 : cu->second;
   if (c.slots) {
     for (const auto& slot : *c.slots) {
       c.positions.push_back(&view_pos_[std::make_tuple(slot.id, c.topic, partition)]);
@@ -122,6 +144,7 @@ void batch_builder::add(const record& r) {
   ++pending_;
   if (!cur.slots) return;
 
+  std::optional<int64_t> now;
   for (size_t i = 0; i < cur.slots->size(); ++i) {
     const auto& slot = (*cur.slots)[i];
     auto& pos = *cur.positions[i];
@@ -138,11 +161,16 @@ void batch_builder::add(const record& r) {
                                       r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt,
                                       std::move(reason)});
     } else if (r.value) {
-      stage(slot.id, r.partition, *r.key, r.value, r.offset);
+      std::optional<int64_t> time;
+      if (slot.def->ttl) {
+        if (!now) now = clock_();  // once per record, whatever number of views has a ttl
+        time = ttl_time(*slot.def->ttl, r, r.offset < cur.catch_up_end, *now);
+      }
+      stage(slot.id, r.partition, *r.key, r.value, r.offset, time);
       ++c.applied;
       ++vc.applied;
     } else {
-      stage(slot.id, r.partition, *r.key, std::nullopt, r.offset);
+      stage(slot.id, r.partition, *r.key, std::nullopt, r.offset, std::nullopt);
       ++c.applied;
       ++vc.applied;
     }
@@ -155,11 +183,13 @@ void batch_builder::add(const record& r) {
 }
 
 void batch_builder::stage(storage::view_id view, int32_t partition, std::string_view key,
-                          std::optional<std::string_view> value, int64_t offset) {
+                          std::optional<std::string_view> value, int64_t offset, std::optional<int64_t> time) {
   staged s;
   s.view = view;
   s.partition = partition;
   s.offset = offset;
+  s.time = time.value_or(0);
+  s.timed = time.has_value();
   s.key_at = arena_.size();
   s.key_size = static_cast<uint32_t>(key.size());
   arena_.append(key);
@@ -196,6 +226,11 @@ void batch_builder::write_staged() {
     }
     if (s.deleted) {
       batch_.del(s.view, s.partition, key_of(s));
+    } else if (s.timed) {
+      // Stored as frame_value(offset, time, value), gathered from both parts.
+      const auto frame = frame_header(s.offset, s.time);
+      batch_.put(s.view, s.partition, key_of(s), std::string_view(frame.data(), frame.size()),
+                 std::string_view(arena_.data() + s.value_at, s.value_size));
     } else {
       // Stored as frame_value(offset, value), gathered from both parts.
       const auto frame = frame_header(s.offset);

@@ -19,6 +19,7 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -279,6 +280,9 @@ struct engine::impl {
           werr = rd_kafka_query_watermark_offsets(rk, topic.c_str(), p.partition, &low, &high, 5000);
         }
         if (werr) log()->warn("watermarks of {}-{}: {}", topic, p.partition, rd_kafka_err2str(werr));
+        // Records before the end are re-applied (views with a ttl by ingest time give them
+        // their timestamps); an unknown end: every record, to be safe.
+        builder->set_catch_up(topic, p.partition, !werr && high >= 0 ? high : std::numeric_limits<int64_t>::max());
         int64_t at = resume.value_or(0);
         {
           std::lock_guard lock(applied_mu);

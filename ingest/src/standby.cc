@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -158,6 +159,12 @@ struct standby_engine::impl {
         else known = false;
       }
       auto resume = known ? builder->resume_offset(t, p) : std::nullopt;
+      // As for the owner: records before the end are re-applied (batch_builder::ttl_time),
+      // and when the end cannot be read, every record is taken for one.
+      int64_t low = 0, high = -1;
+      const bool ends_known =
+          rd_kafka_query_watermark_offsets(consumer, t.c_str(), p, &low, &high, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR;
+      builder->set_catch_up(t, p, ends_known && high >= 0 ? high : std::numeric_limits<int64_t>::max());
       rd_kafka_topic_partition_list_add(list.get(), t.c_str(), p)->offset =
           resume ? *resume : RD_KAFKA_OFFSET_BEGINNING;
     }

@@ -245,8 +245,10 @@ status app::start() {
     auth = std::move(a.value());
     server_log()->info("bearer tokens required: {} token(s) from {}", auth->size(), i.cfg.auth.token_file);
   }
-  for (const auto& v : i.cfg.views)
+  for (const auto& v : i.cfg.views) {
     if (v.windowed()) i.cfg.rocksdb.windowed[v.name] = storage::windowed_store{*v.window, stream_time_position_name(v)};
+    if (v.ttl) i.cfg.rocksdb.ttl_ms[v.name] = v.ttl->after_ms;
+  }
   auto opened = storage::db::open(i.cfg.rocksdb, names);
   if (!opened.ok()) return opened.error();
   i.db = std::move(opened.value());

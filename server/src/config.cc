@@ -256,10 +256,10 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
 }
 
 view_def parse_view(const YAML::Node& n, const std::string& where) {
-  check_keys(
-      n, where,
-      {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic", "group_by", "value",
-       "reduce", "fields", "repartition_partitions", "replication_factor", "changelog_configs", "cache", "window"});
+  check_keys(n, where,
+             {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic", "group_by",
+              "value", "reduce", "fields", "repartition_partitions", "replication_factor", "changelog_configs", "cache",
+              "window", "ttl"});
   view_def v;
   if (!n["name"]) fail(where + ".name", "is required");
   v.name = get_string(n["name"], where + ".name");
@@ -296,6 +296,23 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
       fail(where + ".partitioner", "must be one of: murmur2, consistent, fnv1a (got '" + v.partitioner + "')");
   }
   if (n["dead_letter_topic"]) v.dead_letter_topic = get_string(n["dead_letter_topic"], where + ".dead_letter_topic");
+  if (auto t = n["ttl"]) {
+    const std::string tw = where + ".ttl";
+    if (v.is_aggregate()) fail(tw, "applies to table views only (kind table)");
+    if (!t.IsMap()) fail(tw, "must be a map: {after: 24h, clock: record_time|ingest_time}");
+    check_keys(t, tw, {"after", "clock"});
+    ttl_spec spec;
+    if (!t["after"]) fail(tw + ".after", "is required (e.g. 24h): how long after its last update a key expires");
+    auto d = parse_duration_ms(get_string(t["after"], tw + ".after"));
+    if (!d.ok()) fail(tw + ".after", d.error().message());
+    if (d.value() <= 0) fail(tw + ".after", "must be positive (got '" + t["after"].Scalar() + "')");
+    spec.after_ms = d.value();
+    if (t["clock"]) {
+      auto c = get_string(t["clock"], tw + ".clock");
+      if (!parse_ttl_clock(c, spec.clock)) fail(tw + ".clock", "must be record_time or ingest_time (got '" + c + "')");
+    }
+    v.ttl = spec;
+  }
   return v;
 }
 

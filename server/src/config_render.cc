@@ -115,6 +115,10 @@ std::string render_config(const app_config& c) {
       << to_string(v.value_format);
     if (!v.rekeyed()) e << YAML::Key << "partitioner" << YAML::Value << v.partitioner;
     if (!v.dead_letter_topic.empty()) e << YAML::Key << "dead_letter_topic" << YAML::Value << v.dead_letter_topic;
+    if (v.ttl)
+      e << YAML::Key << "ttl" << YAML::Value << YAML::BeginMap << YAML::Key << "after" << YAML::Value
+        << std::to_string(v.ttl->after_ms) + "ms" << YAML::Key << "clock" << YAML::Value << to_string(v.ttl->clock)
+        << YAML::EndMap;
     if (v.is_aggregate()) {
       e << YAML::Key << "group_by" << YAML::Value;
       if (v.group_by == group_by_kind::json)

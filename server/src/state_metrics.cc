@@ -94,6 +94,13 @@ class state_metrics final : public prometheus::Collectable {
       if (v.windowed())
         for (const auto& [name, s] : stats)
           if (name == v.name) counter(expired, {{"store", name}}, static_cast<double>(s.expired_windows));
+    auto& expired_keys = family("kstate_store_expired_keys_total",
+                                "Expired keys of stores with a ttl deleted from disk (compaction filter) since start",
+                                MetricType::Counter);
+    for (const auto& v : views_)
+      if (v.ttl)
+        for (const auto& [name, s] : stats)
+          if (name == v.name) counter(expired_keys, {{"store", name}}, static_cast<double>(s.expired_keys));
 
     // The block cache is shared by every store (one memory budget), so its figures are
     // for the whole database.

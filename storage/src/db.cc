@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -407,12 +409,35 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     expiry.emplace(name, std::move(state));
   }
 
+  i->clock = opts.clock ? opts.clock : [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  std::map<std::string, std::shared_ptr<ttl_state>> ttl;
+  for (const auto& [name, ms] : opts.ttl_ms) {
+    if (std::find(views.begin(), views.end(), name) == views.end())
+      return status::invalid_argument("store '" + name + "' with a ttl is not a configured view");
+    if (ms <= 0) return status::invalid_argument("ttl of store '" + name + "' must be positive");
+    if (expiry.count(name)) return status::invalid_argument("windowed store '" + name + "' cannot have a ttl");
+    auto state = std::make_shared<ttl_state>();
+    state->ttl_ms = ms;
+    state->clock = i->clock;
+    ttl.emplace(name, std::move(state));
+  }
+
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   for (const auto& n : names) {
     auto it = opts.per_store.find(n);
     auto cf = it == opts.per_store.end() ? *defaults : *cf_options(it->second, i->cache);
     if (auto e = expiry.find(n); e != expiry.end())
       cf.compaction_filter_factory = make_window_expiry_filter_factory(e->second);
+    if (auto t = ttl.find(n); t != ttl.end()) {
+      cf.compaction_filter_factory = make_ttl_filter_factory(t->second);
+      // Files older than this are compacted (their filter run) whatever else happens: a
+      // view nobody writes to any more still frees its expired keys. At least an hour,
+      // so a short ttl does not rewrite the files all the time.
+      cf.periodic_compaction_seconds = static_cast<uint64_t>(std::max<int64_t>(t->second->ttl_ms / 1000, 3600));
+    }
     descs.emplace_back(n, std::move(cf));
   }
   rocksdb::DB* raw = nullptr;
@@ -476,6 +501,12 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     i->by_name.emplace(v, id);
   }
 
+  i->ttl_ms.assign(i->views.size(), 0);
+  for (auto& [name, state] : ttl) {
+    const view_id id = i->by_name.at(name);
+    i->ttl_ms[id] = state->ttl_ms;
+    i->ttl.emplace(id, std::move(state));
+  }
   for (auto& [name, state] : expiry) {
     const auto& position = opts.windowed.at(name).stream_time_position;
     if (auto st = load_stream_times(*i->rdb, i->meta, name, position, *state); !st.ok()) return st;
@@ -628,8 +659,12 @@ result<get_result> db::get(view_id view, int32_t partition, std::string_view key
   rocksdb::Status statuses[2];
   impl_->rdb->MultiGet(rocksdb::ReadOptions(), 2, cfs, keys, values, statuses);
   get_result out;
-  if (statuses[0].ok()) out.value = values[0].ToString();
-  else if (!statuses[0].IsNotFound()) return from_rocks(statuses[0], "get");
+  if (statuses[0].ok()) {
+    // The clock is read only for a view with a ttl: other lookups pay nothing for it.
+    const int64_t ttl = impl_->ttl_ms[view];
+    if (ttl == 0 || !value_expired(std::string_view(values[0].data(), values[0].size()), ttl, impl_->clock()))
+      out.value = values[0].ToString();
+  } else if (!statuses[0].IsNotFound()) return from_rocks(statuses[0], "get");
   if (statuses[1].ok()) out.position = decode_offset(std::string_view(values[1].data(), values[1].size()));
   else if (!statuses[1].IsNotFound()) return from_rocks(statuses[1], "get position");
   return out;
@@ -650,6 +685,8 @@ result<view_stats> db::stats(view_id view) const {
   prop(rocksdb::DB::Properties::kNumRunningFlushes, out.running_flushes);
   if (auto it = impl_->expiry.find(view); it != impl_->expiry.end())
     out.expired_windows = it->second->expired.load(std::memory_order_relaxed);
+  if (auto it = impl_->ttl.find(view); it != impl_->ttl.end())
+    out.expired_keys = it->second->expired.load(std::memory_order_relaxed);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,23 @@ struct window_expiry {
 std::shared_ptr<rocksdb::CompactionFilterFactory> make_window_expiry_filter_factory(
     std::shared_ptr<window_expiry> state);
 
+// A view whose keys expire (db_options::ttl_ms): its time to live and the expired keys
+// its compaction filter deleted.
+struct ttl_state {
+  int64_t ttl_ms = 0;
+  std::function<int64_t()> clock;
+  std::atomic<uint64_t> expired{0};
+};
+
+// The compaction filter factory of a view with a ttl: every compaction deletes the
+// values expired at the clock when it starts.
+std::shared_ptr<rocksdb::CompactionFilterFactory> make_ttl_filter_factory(std::shared_ptr<ttl_state> state);
+
+// Whether a stored value of a view with time to live `ttl_ms` (0: none) is expired at
+// `now`. A value without a time, or too short for its frame (reported by the reader that
+// decodes it), is not.
+bool value_expired(std::string_view stored, int64_t ttl_ms, int64_t now) noexcept;
+
 // Reads the stream times of windowed view `store`, stored under the named position
 // `position`, into `state`.
 status load_stream_times(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta, const std::string& store,
@@ -81,6 +99,10 @@ struct db::impl {
   std::vector<std::string> view_names;                // indexed by view_id
   std::map<uint32_t, view_id> by_cf_id;               // column family id -> view_id
   std::map<std::string, view_id, std::less<>> by_name;
+  // Views with a ttl, by view id; ttl_ms has one entry per view id (0: no ttl).
+  std::map<view_id, std::shared_ptr<ttl_state>> ttl;
+  std::vector<int64_t> ttl_ms;
+  std::function<int64_t()> clock;  // never empty
 
   // Windowed views: retention state by view, and by the name of their stream-time position.
   std::map<view_id, std::shared_ptr<window_expiry>> expiry;

@@ -20,12 +20,22 @@ std::pair<std::string, std::string> partition_bounds(int32_t partition, const st
   return {std::move(begin), std::move(end)};
 }
 
+// Which values of a view a snapshot's reads skip: those expired at `now` by the view's
+// time to live (0: none, nothing is skipped).
+struct expiry {
+  int64_t ttl_ms = 0;
+  int64_t now = 0;
+  bool operator()(const rocksdb::Slice& v) const noexcept {
+    return ttl_ms > 0 && value_expired(std::string_view(v.data(), v.size()), ttl_ms, now);
+  }
+};
+
 class rocks_partition_iterator final : public partition_iterator {
  public:
   rocks_partition_iterator(rocksdb::DB* rdb, rocksdb::ColumnFamilyHandle* cf, const rocksdb::Snapshot* snap,
                            int32_t partition, const std::optional<std::string>& lower,
-                           const std::optional<std::string>& upper, bool descending, scan_use use)
-      : descending_(descending) {
+                           const std::optional<std::string>& upper, bool descending, scan_use use, expiry expired)
+      : descending_(descending), expired_(expired) {
     // Bounds in encoded space: the partition prefix keeps iteration inside the partition.
     std::tie(lower_, upper_) = partition_bounds(partition, lower, upper);
     lower_slice_ = rocksdb::Slice(lower_);
@@ -40,6 +50,7 @@ class rocks_partition_iterator final : public partition_iterator {
     it_.reset(rdb->NewIterator(ro, cf));
     if (descending_) it_->SeekToLast();
     else it_->SeekToFirst();
+    skip_expired();
   }
   bool valid() const override { return it_->Valid(); }
   std::string_view key() const override {
@@ -51,13 +62,22 @@ class rocks_partition_iterator final : public partition_iterator {
     return std::string_view(v.data(), v.size());
   }
   void next() override {
-    if (descending_) it_->Prev();
-    else it_->Next();
+    step();
+    skip_expired();
   }
   status error() const override { return from_rocks(it_->status(), "scan"); }
 
  private:
+  void step() {
+    if (descending_) it_->Prev();
+    else it_->Next();
+  }
+  void skip_expired() {
+    while (it_->Valid() && expired_(it_->value())) step();
+  }
+
   bool descending_;
+  expiry expired_;
   std::string lower_, upper_;
   rocksdb::Slice lower_slice_, upper_slice_;
   std::unique_ptr<rocksdb::Iterator> it_;
@@ -68,8 +88,8 @@ class rocks_partition_iterator final : public partition_iterator {
 class rocks_partition_cursor final : public partition_cursor {
  public:
   rocks_partition_cursor(rocksdb::DB* rdb, rocksdb::ColumnFamilyHandle* cf, const rocksdb::Snapshot* snap,
-                         bool descending, scan_use use)
-      : descending_(descending) {
+                         bool descending, scan_use use, expiry expired)
+      : descending_(descending), expired_(expired) {
     rocksdb::ReadOptions ro;
     ro.snapshot = snap;
     ro.fill_cache = use == scan_use::page;
@@ -80,11 +100,12 @@ class rocks_partition_cursor final : public partition_cursor {
     std::tie(begin_, end_) = partition_bounds(partition, lower, upper);
     if (!descending_) {
       it_->Seek(begin_);
-      return;
+    } else {
+      // The last key before `end_`: at or before it, then one back when it is `end_`.
+      it_->SeekForPrev(end_);
+      if (it_->Valid() && it_->key() == rocksdb::Slice(end_)) it_->Prev();
     }
-    // The last key before `end_`: at or before it, then one back when it is `end_`.
-    it_->SeekForPrev(end_);
-    if (it_->Valid() && it_->key() == rocksdb::Slice(end_)) it_->Prev();
+    skip_expired();
   }
   bool valid() const override {
     if (!it_->Valid()) return false;
@@ -100,13 +121,23 @@ class rocks_partition_cursor final : public partition_cursor {
     return std::string_view(v.data(), v.size());
   }
   void next() override {
-    if (descending_) it_->Prev();
-    else it_->Next();
+    step();
+    skip_expired();
   }
   status error() const override { return from_rocks(it_->status(), "scan"); }
 
  private:
+  void step() {
+    if (descending_) it_->Prev();
+    else it_->Next();
+  }
+  // Stops at the partition's bounds too: what lies beyond them is not this seek's.
+  void skip_expired() {
+    while (valid() && expired_(it_->value())) step();
+  }
+
   bool descending_;
+  expiry expired_;
   std::string begin_, end_;
   std::unique_ptr<rocksdb::Iterator> it_;
 };
@@ -117,6 +148,8 @@ struct snapshot_parts {
   rocksdb::ColumnFamilyHandle* meta;
   const std::vector<rocksdb::ColumnFamilyHandle*>* views;
   const std::vector<std::string>* view_names;
+  const std::vector<int64_t>* ttl_ms;  // by view id; 0: no ttl
+  int64_t now;                         // the clock when the snapshot was taken
 };
 
 class rocks_snapshot final : public snapshot {
@@ -157,7 +190,7 @@ class rocks_snapshot final : public snapshot {
   result<std::optional<std::string>> get(view_id view, int32_t partition, std::string_view key) const override {
     std::string v;
     auto s = a_.rdb->Get(options(), a_.views->at(view), encode_data_key(partition, key), &v);
-    if (s.IsNotFound()) return std::optional<std::string>();
+    if (s.IsNotFound() || (s.ok() && expired(view)(v))) return std::optional<std::string>();
     if (!s.ok()) return from_rocks(s, "get");
     return std::optional<std::string>(std::move(v));
   }
@@ -172,9 +205,13 @@ class rocks_snapshot final : public snapshot {
     std::vector<rocksdb::Status> statuses(keys.size());
     a_.rdb->MultiGet(options(), a_.views->at(view), slices.size(), slices.data(), values.data(), statuses.data());
     std::vector<std::optional<std::string>> out(keys.size());
+    const auto skip = expired(view);
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (statuses[i].ok()) out[i] = values[i].ToString();
-      else if (!statuses[i].IsNotFound()) return from_rocks(statuses[i], "multi_get");
+      if (statuses[i].ok()) {
+        if (!skip(values[i])) out[i] = values[i].ToString();
+      } else if (!statuses[i].IsNotFound()) {
+        return from_rocks(statuses[i], "multi_get");
+      }
     }
     return out;
   }
@@ -183,11 +220,11 @@ class rocks_snapshot final : public snapshot {
                                            std::optional<std::string> upper, bool descending,
                                            scan_use use) const override {
     return std::make_unique<rocks_partition_iterator>(a_.rdb, a_.views->at(view), snap_, partition, lower, upper,
-                                                      descending, use);
+                                                      descending, use, expired(view));
   }
 
   std::unique_ptr<partition_cursor> cursor(view_id view, bool descending, scan_use use) const override {
-    return std::make_unique<rocks_partition_cursor>(a_.rdb, a_.views->at(view), snap_, descending, use);
+    return std::make_unique<rocks_partition_cursor>(a_.rdb, a_.views->at(view), snap_, descending, use, expired(view));
   }
 
   result<std::vector<std::pair<std::string, int64_t>>> view_positions(view_id view, int32_t partition) const override {
@@ -195,6 +232,7 @@ class rocks_snapshot final : public snapshot {
   }
 
  private:
+  expiry expired(view_id view) const { return expiry{a_.ttl_ms->at(view), a_.now}; }
   rocksdb::ReadOptions options() const {
     rocksdb::ReadOptions ro;
     ro.snapshot = snap_;
@@ -207,8 +245,10 @@ class rocks_snapshot final : public snapshot {
 }  // namespace
 
 std::shared_ptr<const snapshot> db::read_snapshot() const {
+  // The clock is read only when some view has a ttl.
+  const int64_t now = impl_->ttl.empty() ? 0 : impl_->clock();
   return std::make_shared<rocks_snapshot>(
-      snapshot_parts{impl_->rdb.get(), impl_->meta, &impl_->views, &impl_->view_names});
+      snapshot_parts{impl_->rdb.get(), impl_->meta, &impl_->views, &impl_->view_names, &impl_->ttl_ms, now});
 }
 
 }  // namespace kstate::storage

@@ -11,6 +11,7 @@
 #include "core/guard.h"
 #include "core/notifier.h"
 #include "core/ownership.h"
+#include "core/value_codec.h"
 #include "core/window.h"
 
 using namespace kstate;
@@ -326,4 +327,43 @@ TEST_CASE("catch-up progress: offsets left to the target, the rate since the ass
   CHECK(c->left == 200);
   REQUIRE(c->eta_seconds);
   CHECK(*c->eta_seconds > 0);
+}
+
+TEST_CASE("plain frames read as before; timed frames carry offset and time; short frames are refused") {
+  // A plain frame is exactly the 8 big-endian offset bytes, as state written before
+  // timed frames existed holds it.
+  const std::string plain = std::string("\x00\x00\x00\x00\x00\x00\x01\x02", 8) + "v";
+  REQUIRE(frame_value(258, "v") == plain);
+  auto p = unframe_value(plain);
+  REQUIRE(p);
+  CHECK(p->offset == 258);
+  CHECK(!p->time);
+  CHECK(p->value == "v");
+
+  for (int64_t offset : {int64_t{0}, int64_t{7}, std::numeric_limits<int64_t>::max()})
+    for (int64_t time : {int64_t{-1}, int64_t{0}, int64_t{1'700'000'000'000}, std::numeric_limits<int64_t>::min()}) {
+      auto framed = frame_value(offset, time, "value bytes");
+      CHECK(framed.size() == 16 + 11);
+      auto head = frame_header(offset, time);
+      CHECK(framed.substr(0, 16) == std::string(head.data(), head.size()));
+      auto f = unframe_value(framed);
+      REQUIRE(f);
+      CHECK(f->offset == offset);
+      CHECK(f->time == time);
+      CHECK(f->value == "value bytes");
+    }
+  CHECK(unframe_value(frame_value(3, 4, "")).value().value.empty());
+  CHECK(!unframe_value("short"));
+  // A timed frame cut short is not taken for a plain one.
+  CHECK(!unframe_value(frame_value(3, 4, "").substr(0, 12)));
+}
+
+TEST_CASE("a value is served while now is before its time plus the ttl, and never overflows") {
+  CHECK(!ttl_expired(1000, 500, 1499));
+  CHECK(ttl_expired(1000, 500, 1500));
+  CHECK(ttl_expired(1000, 500, 99'999));
+  CHECK(!ttl_expired(1000, 500, -5));
+  constexpr auto max = std::numeric_limits<int64_t>::max();
+  CHECK(!ttl_expired(max - 10, 500, max));  // time + ttl is past the largest time
+  CHECK(ttl_expired(std::numeric_limits<int64_t>::min(), 1, 0));
 }

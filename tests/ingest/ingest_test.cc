@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <random>
 
@@ -292,4 +293,157 @@ TEST_CASE("member client.id: the endpoint survives encoding, and only kstate's e
   CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%"));
   CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%4"));
   CHECK_FALSE(endpoint_from_client_id("k;endpoint=http://a:1%zz"));
+}
+
+namespace {
+
+// A topic read by three table views: by record time, by ingest time (ttl 1000 ms each),
+// and without a ttl.
+struct ttl_fixture {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kstate-ingest-ttl-" + std::to_string(std::random_device{}()));
+  std::vector<view_def> views;
+  std::shared_ptr<std::atomic<int64_t>> now = std::make_shared<std::atomic<int64_t>>(0);
+  ttl_fixture() {
+    views = {view_def{.name = "by_record",
+                      .topic = "t",
+                      .value_format = data_format::string,
+                      .ttl = ttl_spec{1000, ttl_clock::record_time}},
+             view_def{.name = "by_ingest",
+                      .topic = "t",
+                      .value_format = data_format::string,
+                      .ttl = ttl_spec{1000, ttl_clock::ingest_time}},
+             view_def{.name = "forever", .topic = "t", .value_format = data_format::string}};
+  }
+  ~ttl_fixture() { std::filesystem::remove_all(dir); }
+  // An empty state directory each time: a rebuild.
+  std::unique_ptr<storage::db> open_fresh() {
+    std::filesystem::remove_all(dir);
+    storage::db_options o{.path = dir.string()};
+    o.ttl_ms = {{"by_record", 1000}, {"by_ingest", 1000}};
+    o.clock = [n = now] { return n->load(); };
+    o.verify_files_interval_ms = 0;
+    return std::move(storage::db::open(o, {"by_record", "by_ingest", "forever"}).value());
+  }
+  std::unique_ptr<batch_builder> builder(storage::db& db) {
+    return std::move(batch_builder::create(db, views, default_max_json_depth, [n = now] { return n->load(); }).value());
+  }
+};
+
+std::optional<int64_t> stored_time(storage::db& db, const char* view, std::string_view key) {
+  auto got = db.get(*db.find_view(view), 0, key);
+  REQUIRE(got.ok());
+  REQUIRE(got->value);
+  return unframe_value(*got->value)->time;
+}
+
+}  // namespace
+
+TEST_CASE("values of views with a ttl carry the record's time, or the ingest time, bounded while catching up") {
+  ttl_fixture f;
+  auto db = f.open_fresh();
+  auto b = f.builder(*db);
+  b->set_catch_up("t", 0, 3);  // offsets 0..2 existed when the partition was assigned
+  f.now->store(50'000);
+  auto add = [&](int64_t offset, const char* key, int64_t ts) {
+    record r{"t", 0, offset, key, "v"};
+    r.timestamp = ts;
+    b->add(r);
+  };
+  add(0, "a", 10'000);  // catching up, written long ago
+  add(1, "b", 60'000);  // catching up, timestamp ahead of the clock
+  add(2, "c", -1);      // catching up, no timestamp
+  add(3, "d", 10'000);  // first applied now, written long ago (a backfill)
+  add(4, "e", -1);
+  REQUIRE(db->write(b->batch()).ok());
+  b->reset();
+
+  f.now->store(0);  // reads at time 0 hide nothing: the stored times are all read back
+  struct expect {
+    const char* key;
+    int64_t by_record, by_ingest;
+  };
+  for (auto [key, by_record, by_ingest] :
+       {expect{"a", 10'000, 10'000}, expect{"b", 60'000, 50'000}, expect{"c", 50'000, 50'000},
+        expect{"d", 10'000, 50'000}, expect{"e", 50'000, 50'000}}) {
+    CAPTURE(key);
+    CHECK(stored_time(*db, "by_record", key) == by_record);
+    CHECK(stored_time(*db, "by_ingest", key) == by_ingest);
+    CHECK(stored_time(*db, "forever", key) == std::nullopt);  // a plain frame: no cost, no expiry
+  }
+  // Once the clock is past time + ttl the key is gone from the view with that time only.
+  f.now->store(50'999);
+  CHECK(!db->get(*db->find_view("by_record"), 0, "a")->value);
+  CHECK(!db->get(*db->find_view("by_ingest"), 0, "a")->value);
+  CHECK(!db->get(*db->find_view("by_record"), 0, "d")->value);
+  CHECK(db->get(*db->find_view("by_ingest"), 0, "d")->value);
+  CHECK(db->get(*db->find_view("forever"), 0, "a")->value);
+  f.now->store(51'000);
+  CHECK(!db->get(*db->find_view("by_ingest"), 0, "d")->value);
+  CHECK(db->get(*db->find_view("by_record"), 0, "b")->value);  // by its (future) timestamp: until 61,000
+}
+
+TEST_CASE("a key expired before a rebuild from the topic stays expired after it, in both clock modes") {
+  // Model: each record is written at ts, first applied live at ts + lag (the consumer's
+  // delay), and the key is checked at q. After the state is lost, the topic is applied
+  // again from its beginning at rebuild time r >= q, every record catching up. A key
+  // that was expired at q must be expired at every later instant after the rebuild.
+  ttl_fixture f;
+  std::mt19937 rng(5);
+  struct rec_t {
+    std::string key;
+    int64_t ts, lag;
+  };
+  std::vector<rec_t> log;
+  for (int i = 0; i < 300; ++i)
+    log.push_back(rec_t{"k" + std::to_string(rng() % 120), 100'000 + i * 20, static_cast<int64_t>(rng() % 3000)});
+  const int64_t q = 100'000 + 300 * 20 + 500;
+
+  std::map<std::string, std::pair<bool, bool>> served_at_q;  // key -> (by_record, by_ingest)
+  {
+    auto db = f.open_fresh();
+    auto b = f.builder(*db);
+    b->set_catch_up("t", 0, 0);  // a new topic: nothing to catch up on
+    for (size_t i = 0; i < log.size(); ++i) {
+      f.now->store(log[i].ts + log[i].lag);
+      record r{"t", 0, static_cast<int64_t>(i), log[i].key, "v"};
+      r.timestamp = log[i].ts;
+      b->add(r);
+      REQUIRE(db->write(b->batch()).ok());
+      b->reset();
+    }
+    f.now->store(q);
+    for (const auto& r : log)
+      served_at_q[r.key] = {db->get(*db->find_view("by_record"), 0, r.key)->value.has_value(),
+                            db->get(*db->find_view("by_ingest"), 0, r.key)->value.has_value()};
+  }
+  size_t expired_by_record = 0, expired_by_ingest = 0;
+  for (const auto& [k, s] : served_at_q) {
+    expired_by_record += !s.first;
+    expired_by_ingest += !s.second;
+  }
+  REQUIRE(expired_by_record > 10);  // the model has keys of each kind
+  REQUIRE(expired_by_ingest > 10);
+  REQUIRE(expired_by_record < served_at_q.size());
+
+  for (int64_t rebuild_at : {q, q + 700, q + 5000}) {
+    CAPTURE(rebuild_at);
+    auto db = f.open_fresh();
+    auto b = f.builder(*db);
+    b->set_catch_up("t", 0, static_cast<int64_t>(log.size()));
+    f.now->store(rebuild_at);
+    for (size_t i = 0; i < log.size(); ++i) {
+      record r{"t", 0, static_cast<int64_t>(i), log[i].key, "v"};
+      r.timestamp = log[i].ts;
+      b->add(r);
+    }
+    REQUIRE(db->write(b->batch()).ok());
+    for (const auto& [key, s] : served_at_q) {
+      CAPTURE(key);
+      if (!s.first) CHECK(!db->get(*db->find_view("by_record"), 0, key)->value);
+      if (!s.second) CHECK(!db->get(*db->find_view("by_ingest"), 0, key)->value);
+      // By record time a rebuild changes nothing: a key served at q still is, if asked at q.
+      if (rebuild_at == q) CHECK(db->get(*db->find_view("by_record"), 0, key)->value.has_value() == s.first);
+    }
+  }
 }

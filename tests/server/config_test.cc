@@ -422,3 +422,47 @@ views:
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message().find("views[0].window.max_future: 'soon' is not a duration") != std::string::npos);
 }
+
+TEST_CASE("ttl: a duration and a clock per table view, record_time by default, rendered and read back") {
+  auto c = parse_config(R"(
+application_id: app
+bootstrap_servers: b
+views:
+  - {name: a, topic: t, ttl: {after: 24h}}
+  - {name: b, topic: t, ttl: {after: 1500, clock: ingest_time}}
+  - {name: c, topic: t}
+)");
+  REQUIRE_MESSAGE(c.ok(), c.error().message());
+  REQUIRE(c->views[0].ttl);
+  CHECK(c->views[0].ttl->after_ms == 86'400'000);
+  CHECK(c->views[0].ttl->clock == ttl_clock::record_time);
+  CHECK(c->views[1].ttl->after_ms == 1500);
+  CHECK(c->views[1].ttl->clock == ttl_clock::ingest_time);
+  CHECK(!c->views[2].ttl);
+  auto again = parse_config(render_config(*c));
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  CHECK(again->views[0].ttl->after_ms == 86'400'000);
+  CHECK(again->views[1].ttl->clock == ttl_clock::ingest_time);
+  CHECK(!again->views[2].ttl);
+
+  struct row {
+    const char* view;
+    const char* expected;
+  };
+  const row rows[] = {
+      {"{name: v, topic: t, ttl: 24h}", "views[0].ttl: must be a map: {after: 24h, clock: record_time|ingest_time}"},
+      {"{name: v, topic: t, ttl: {clock: ingest_time}}", "views[0].ttl.after: is required"},
+      {"{name: v, topic: t, ttl: {after: soon}}", "views[0].ttl.after: 'soon' is not a duration"},
+      {"{name: v, topic: t, ttl: {after: 0ms}}", "views[0].ttl.after: must be positive"},
+      {"{name: v, topic: t, ttl: {after: 1h, clock: wall}}",
+       "views[0].ttl.clock: must be record_time or ingest_time (got 'wall')"},
+      {"{name: v, topic: t, ttl: {after: 1h, every: 1m}}", "views[0].ttl.every: unknown key"},
+      {"{name: v, topic: t, kind: count, ttl: {after: 1h}}", "views[0].ttl: applies to table views only"},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.view);
+    auto bad = parse_config(std::string("application_id: a\nbootstrap_servers: b\nviews: [") + r.view + "]", "t.yaml");
+    REQUIRE_FALSE(bad.ok());
+    CHECK_MESSAGE(bad.error().message().find(r.expected) != std::string::npos, bad.error().message());
+  }
+}

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/ownership.h"
+#include "core/value_codec.h"
 #include "core/view.h"
 #include "server/state_metrics.h"
 #include "storage/db.h"
@@ -87,6 +88,43 @@ TEST_CASE("state metrics: 40 stores and 120 partitions each appear once in their
   REQUIRE(by_name.count("kstate_partition_ready"));
   CHECK(by_name.at("kstate_partition_ready")->metric.size() == static_cast<size_t>(stores * partitions_per_topic));
 
+  db->reset();
+  fs::remove_all(dir);
+}
+
+TEST_CASE("state metrics: expired keys deleted by compaction are counted for stores with a ttl only") {
+  auto dir = fs::temp_directory_path() / ("kstate-state-metrics-ttl-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::vector<view_def> views{view_def{.name = "sessions", .topic = "t", .ttl = ttl_spec{1000}},
+                              view_def{.name = "users", .topic = "t"}};
+  storage::db_options opts;
+  opts.path = dir.string();
+  opts.ttl_ms = {{"sessions", 1000}};
+  opts.clock = [] { return int64_t{10'000}; };
+  opts.verify_files_interval_ms = 0;
+  auto db = storage::db::open(opts, {"sessions", "users"});
+  REQUIRE(db.ok());
+  auto& d = **db;
+  auto b = d.new_batch();
+  // At 10,000: times 0, 5000 and 9000 are expired, 9500 is not.
+  for (int64_t t : {0, 5000, 9000, 9500}) {
+    b.put(*d.find_view("sessions"), 0, "k" + std::to_string(t), frame_value(1, t, "v"));
+    b.put(*d.find_view("users"), 0, "k" + std::to_string(t), frame_value(1, t, "v"));
+  }
+  REQUIRE(d.write(b).ok());
+  REQUIRE(d.flush().ok());
+  REQUIRE(d.compact(*d.find_view("sessions")).ok());
+  REQUIRE(d.compact(*d.find_view("users")).ok());
+
+  ownership_registry ownership;
+  auto families = server::make_state_metrics(d, views, ownership, "group")->Collect();
+  const prometheus::MetricFamily* expired = nullptr;
+  for (const auto& f : families)
+    if (f.name == "kstate_store_expired_keys_total") expired = &f;
+  REQUIRE(expired);
+  REQUIRE(expired->metric.size() == 1);
+  CHECK(expired->metric[0].label.at(0).value == "sessions");
+  CHECK(expired->metric[0].counter.value == 3);
   db->reset();
   fs::remove_all(dir);
 }

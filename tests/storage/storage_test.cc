@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "core/value_codec.h"
 #include "storage/db.h"
 #include "storage/key_codec.h"
 
@@ -671,4 +672,200 @@ TEST_CASE("a read-only state directory at open is a clear error, and nothing is 
   auto reopened = db::open(db_options{.path = dir.path.string(), .verify_files_interval_ms = 0}, {"v"});
   REQUIRE(reopened.ok());
   CHECK(reopened.value()->get(*reopened.value()->find_view("v"), 0, "k")->value == "value");
+}
+
+namespace {
+
+// What reads of a view with a ttl must return at `now`, from the model: every key whose
+// value has no time, or a time later than now - ttl.
+std::map<std::pair<int32_t, std::string>, std::string> live_at(
+    const std::map<std::pair<int32_t, std::string>, std::pair<std::optional<int64_t>, std::string>>& model, int64_t ttl,
+    int64_t now) {
+  std::map<std::pair<int32_t, std::string>, std::string> out;
+  for (const auto& [k, tv] : model)
+    if (!tv.first || now < *tv.first + ttl) out.emplace(k, tv.second);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("keys of a view with a ttl are never read once expired, by any read, and compaction deletes them") {
+  temp_dir dir;
+  auto now = std::make_shared<std::atomic<int64_t>>(0);
+  db_options o;
+  o.path = dir.path.string();
+  o.ttl_ms["sessions"] = 1000;
+  o.clock = [now] { return now->load(); };
+  o.window_expiry_interval_ms = 0;
+  o.verify_files_interval_ms = 0;
+  auto opened = db::open(o, {"sessions", "plain"});
+  REQUIRE(opened.ok());
+  auto& d = *opened.value();
+  auto sessions = *d.find_view("sessions"), plain = *d.find_view("plain");
+
+  // 3 partitions x 200 keys, times spread over [0, 3000); one key in ten has a plain
+  // frame (written before the view had a ttl): it never expires. "plain" holds the same
+  // timed values but has no ttl: nothing of it is ever hidden.
+  std::map<std::pair<int32_t, std::string>, std::pair<std::optional<int64_t>, std::string>> model;
+  std::mt19937 rng(23);
+  for (int32_t p = 0; p < 3; ++p) {
+    auto b = d.new_batch();
+    for (int k = 0; k < 200; ++k) {
+      char key[8];
+      snprintf(key, sizeof key, "k%03d", k);
+      const std::string value = "v" + std::to_string(rng());
+      std::optional<int64_t> time;
+      if (k % 10 != 0) time = static_cast<int64_t>(rng() % 3000);
+      const auto framed = time ? kstate::frame_value(k, *time, value) : kstate::frame_value(k, value);
+      b.put(sessions, p, key, framed);
+      b.put(plain, p, key, framed);
+      model[{p, key}] = {time, framed};
+    }
+    REQUIRE(d.write(b).ok());
+  }
+
+  auto reads_equal_model = [&](int64_t at) {
+    now->store(at);
+    const auto want = live_at(model, 1000, at);
+    CAPTURE(at);
+    auto snap = d.read_snapshot();
+    std::vector<std::pair<int32_t, std::string>> all;
+    for (const auto& [k, v] : model) all.push_back(k);
+    auto many = snap->multi_get(sessions, all);
+    REQUIRE(many.ok());
+    for (size_t i = 0; i < all.size(); ++i) {
+      auto w = want.find(all[i]);
+      auto expect = w == want.end() ? std::optional<std::string>() : std::optional<std::string>(w->second);
+      CHECK(d.get(sessions, all[i].first, all[i].second).value().value == expect);
+      CHECK(snap->get(sessions, all[i].first, all[i].second).value() == expect);
+      CHECK((*many)[i] == expect);
+      CHECK(snap->get(plain, all[i].first, all[i].second).value() == model.at(all[i]).second);
+    }
+    // Scans and cursors, both directions, whole partitions and within bounds.
+    for (bool desc : {false, true})
+      for (auto [lo, hi] : {std::pair<std::optional<std::string>, std::optional<std::string>>{},
+                            std::pair<std::optional<std::string>, std::optional<std::string>>{"k050", "k150"}}) {
+        auto cursor = snap->cursor(sessions, desc, scan_use::page);
+        for (int32_t p = 0; p < 3; ++p) {
+          std::vector<std::string> expect;
+          for (const auto& [k, v] : want)
+            if (k.first == p && (!lo || k.second >= *lo) && (!hi || k.second < *hi)) expect.push_back(k.second);
+          if (desc) std::reverse(expect.begin(), expect.end());
+          std::vector<std::string> scanned, seen;
+          for (auto it = snap->scan(sessions, p, lo, hi, desc, scan_use::sweep); it->valid(); it->next())
+            scanned.emplace_back(it->key());
+          for (cursor->seek(p, lo, hi); cursor->valid(); cursor->next()) seen.emplace_back(cursor->key());
+          CHECK(scanned == expect);
+          CHECK(seen == expect);
+        }
+      }
+    return want.size();
+  };
+  CHECK(reads_equal_model(0) == 600);
+  const auto at_1500 = reads_equal_model(1500);
+  CHECK(at_1500 < 600);
+  CHECK(at_1500 > 60);
+  CHECK(reads_equal_model(3999) == 60);  // only the plain frames are left
+
+  // A snapshot keeps the instant it was taken at.
+  now->store(0);
+  auto early = d.read_snapshot();
+  now->store(5000);
+  CHECK(early->get(sessions, 0, "k001").value().has_value());
+  CHECK(!d.read_snapshot()->get(sessions, 0, "k001").value().has_value());
+
+  // Compaction at 1500 deletes exactly what the model says expired then, and nothing of
+  // the view without a ttl. Reading at time 0 afterwards hides nothing: what is read is
+  // what is left on disk.
+  now->store(1500);
+  REQUIRE(d.flush().ok());
+  REQUIRE(d.compact(sessions).ok());
+  REQUIRE(d.compact(plain).ok());
+  CHECK(d.stats(sessions).value().expired_keys == 600 - at_1500);
+  CHECK(d.stats(plain).value().expired_keys == 0);
+  CHECK(d.stats(sessions).value().estimated_keys == at_1500);
+  now->store(0);
+  size_t on_disk = 0, plain_on_disk = 0;
+  auto snap = d.read_snapshot();
+  for (int32_t p = 0; p < 3; ++p) {
+    for (auto it = snap->scan(sessions, p, {}, {}, false, scan_use::sweep); it->valid(); it->next()) ++on_disk;
+    for (auto it = snap->scan(plain, p, {}, {}, false, scan_use::sweep); it->valid(); it->next()) ++plain_on_disk;
+  }
+  CHECK(on_disk == at_1500);
+  CHECK(plain_on_disk == 600);
+}
+
+TEST_CASE("a ttl is refused for an unknown view, a windowed view, and when not positive") {
+  temp_dir dir;
+  db_options o;
+  o.path = dir.path.string();
+  o.ttl_ms["nope"] = 1000;
+  auto r = db::open(o, {"a"});
+  REQUIRE(!r.ok());
+  CHECK(r.error().message().find("'nope'") != std::string::npos);
+  o.ttl_ms = {{"a", 0}};
+  r = db::open(o, {"a"});
+  REQUIRE(!r.ok());
+  CHECK(r.error().message().find("positive") != std::string::npos);
+  kstate::window_spec spec;
+  spec.size_ms = 1000;
+  REQUIRE(kstate::normalize(spec).ok());
+  o.ttl_ms = {{"a", 10}};
+  o.windowed["a"] = windowed_store{spec, "a#stream_time"};
+  r = db::open(o, {"a"});
+  REQUIRE(!r.ok());
+  CHECK(r.error().message().find("windowed") != std::string::npos);
+}
+
+TEST_CASE("a partition copied from a peer leaves out keys expired there, and the rest keep their times") {
+  temp_dir src_dir, dst_dir;
+  auto now = std::make_shared<std::atomic<int64_t>>(1000);
+  auto options = [&](const temp_dir& d) {
+    db_options o;
+    o.path = d.path.string();
+    o.ttl_ms = {{"sessions", 500}};
+    o.clock = [now] { return now->load(); };
+    o.verify_files_interval_ms = 0;
+    return o;
+  };
+  auto src = db::open(options(src_dir), {"sessions"});
+  auto dst = db::open(options(dst_dir), {"sessions"});
+  REQUIRE(src.ok());
+  REQUIRE(dst.ok());
+  auto& s = *src.value();
+  auto& d = *dst.value();
+  auto view = *s.find_view("sessions");
+  // Times 0..1499 (key i at time i): at 1000, keys 0..500 are expired (time + 500 <= 1000).
+  auto b = s.new_batch();
+  for (int i = 0; i < 1500; ++i) {
+    char key[8];
+    snprintf(key, sizeof key, "k%04d", i);
+    b.put(view, 0, key, kstate::frame_value(i, i, "v"));
+  }
+  b.set_position(view, 0, 1500);
+  REQUIRE(s.write(b).ok());
+
+  // The copy, as a bootstrap sends it: a scan of the source's snapshot.
+  auto loader = d.load_partition(view, 0);
+  REQUIRE(loader.ok());
+  auto snap = s.read_snapshot();
+  for (auto it = snap->scan(view, 0, {}, {}, false, scan_use::sweep); it->valid(); it->next())
+    REQUIRE((*loader)->add(it->key(), it->value()).ok());
+  CHECK((*loader)->entries() == 1500 - 501);
+  REQUIRE((*loader)->commit({{"sessions", 1500}}).ok());
+
+  // On the receiver, keys expire when they would have on the source.
+  for (int64_t at : {int64_t{1000}, int64_t{1200}, int64_t{1999}, int64_t{2000}}) {
+    now->store(at);
+    size_t live = 0;
+    auto r = d.read_snapshot();
+    for (auto it = r->scan(view, 0, {}, {}, false, scan_use::sweep); it->valid(); it->next()) ++live;
+    // Model: keys i with i + 500 > at, of 0..1499.
+    CHECK(live == static_cast<size_t>(std::clamp<int64_t>(1500 - (at - 500 + 1), 0, 1500)));
+  }
+  now->store(0);  // nothing hidden: the receiver holds exactly what was sent
+  size_t held = 0;
+  auto r = d.read_snapshot();
+  for (auto it = r->scan(view, 0, {}, {}, false, scan_use::sweep); it->valid(); it->next()) ++held;
+  CHECK(held == 1500 - 501);
 }

@@ -23,16 +23,29 @@ enum class group_by_kind { key, json, words };
 enum class reduce_op { latest, min, max };
 // The parts of an `aggregate` view's JSON object.
 enum class agg_field { count, sum, min, max, mean };
+// Which time a table view's time to live counts a key's age from: the timestamp of the
+// record that last updated it, or when that record was applied (docs/configuration.md
+// says how each behaves in a rebuild).
+enum class ttl_clock { record_time, ingest_time };
 
 const char* to_string(data_format f) noexcept;
 const char* to_string(view_kind k) noexcept;
 const char* to_string(group_by_kind g) noexcept;
 const char* to_string(reduce_op r) noexcept;
 const char* to_string(agg_field f) noexcept;
+const char* to_string(ttl_clock c) noexcept;
 bool parse_data_format(std::string_view s, data_format& out) noexcept;
 bool parse_view_kind(std::string_view s, view_kind& out) noexcept;
 bool parse_reduce_op(std::string_view s, reduce_op& out) noexcept;
 bool parse_agg_field(std::string_view s, agg_field& out) noexcept;
+bool parse_ttl_clock(std::string_view s, ttl_clock& out) noexcept;
+
+// A table view's time to live: a key whose last update is `after_ms` or more old (by
+// `clock`, against the wall clock) is never served, and compaction deletes it.
+struct ttl_spec {
+  int64_t after_ms = 0;  // > 0
+  ttl_clock clock = ttl_clock::record_time;
+};
 
 struct view_def {
   // Store name, used in URLs (/v1/stores/{name}) and as the RocksDB column family.
@@ -55,6 +68,8 @@ struct view_def {
   // Topic receiving records this view rejects; empty: none (rejections are only
   // counted and logged).
   std::string dead_letter_topic;
+  // Table views only: keys expire this long after their last update; nullopt: never.
+  std::optional<ttl_spec> ttl;
 
   // --- aggregate views only ---
   group_by_kind group_by = group_by_kind::key;

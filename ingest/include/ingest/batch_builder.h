@@ -6,6 +6,8 @@
 // Thread safety: none; owned by the ingest thread.
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -81,8 +83,29 @@ class batch_builder {
   // `views` must outlive the builder. Records are validated with `max_json_depth`
   // (ingest_config::max_json_depth). An error names a view (other than an aggregate,
   // which this builder does not apply) that has no column family in `db`.
+  //
+  // Views with a ttl store each value with its time (core/value_codec.h timed frames),
+  // as ttl_time() gives it; `clock` (ms since the epoch; empty: the system clock) is the
+  // ingest time.
   static result<std::unique_ptr<batch_builder>> create(storage::db& db, const std::vector<view_def>& views,
-                                                       int max_json_depth = default_max_json_depth);
+                                                       int max_json_depth = default_max_json_depth,
+                                                       std::function<int64_t()> clock = {});
+
+  // Records of the partition before `end` (its end offset when it was assigned) are
+  // re-applied while catching up: they may have been applied before, on this instance
+  // or another, at a time unknown here (see ttl_time()). Unknown end: the largest offset.
+  void set_catch_up(std::string_view topic, int32_t partition, int64_t end);
+
+  // The time a view with time to live `ttl` keeps with record `r`: when its key was last
+  // updated, as the ttl counts it.
+  //  - record_time: the record's timestamp. The source topic keeps it, so a rebuild
+  //    gives every key the same time again: an expired key stays expired.
+  //  - ingest_time: `now` for a record applied for the first time. A record applied
+  //    while catching up gets min(now, its timestamp): it was first applied no earlier
+  //    than it was written (its timestamp), so its key expires no later than it first
+  //    did, and an expired key stays expired; it may expire earlier than before.
+  //  A record without a timestamp (-1) gets `now`, whatever the clock.
+  static int64_t ttl_time(const ttl_spec& ttl, const record& r, bool catching_up, int64_t now) noexcept;
 
   // Sets where each view stands on a partition (loaded from storage on assignment);
   // records below it are already reflected and are skipped for that view.
@@ -123,7 +146,7 @@ class batch_builder {
   built_batch take(std::optional<storage::write_batch> fresh = std::nullopt);
 
  private:
-  batch_builder(storage::db& db, int max_json_depth);
+  batch_builder(storage::db& db, int max_json_depth, std::function<int64_t()> clock);
 
   struct view_slot {
     const view_def* def;
@@ -145,11 +168,13 @@ class batch_builder {
     int64_t* touched = nullptr;
     std::vector<view_position*> positions;  // parallel to *slots
     std::vector<counts*> per_view;          // parallel to *slots
+    int64_t catch_up_end = 0;               // set_catch_up(); 0: none
   };
   partition_cursor& cursor_for(std::string_view topic, int32_t partition);
   // Keeps a put (value) or a delete (nullopt) of the record at `offset` for the batch.
+  // `time`: the value's time for a view with a ttl, else nullopt.
   void stage(storage::view_id view, int32_t partition, std::string_view key, std::optional<std::string_view> value,
-             int64_t offset);
+             int64_t offset, std::optional<int64_t> time);
   // Adds the staged changes to the batch, sorted by key, the last of each key only.
   void write_staged();
   // write_staged(), then the positions the batch reaches.
@@ -157,6 +182,9 @@ class batch_builder {
 
   storage::db& db_;
   int max_json_depth_;
+  std::function<int64_t()> clock_;  // never empty
+  // (topic, partition) -> offset before which records are re-applied (set_catch_up).
+  std::map<std::pair<std::string, int32_t>, int64_t, std::less<>> catch_up_;
   std::map<std::string, std::vector<view_slot>, std::less<>> by_topic_;
   // (view id, topic, partition) -> where the view stands
   std::map<std::tuple<storage::view_id, std::string, int32_t>, view_position, std::less<>> view_pos_;
@@ -169,9 +197,11 @@ class batch_builder {
     storage::view_id view;
     int32_t partition;
     int64_t offset;
+    int64_t time;  // views with a ttl: the value's time
     size_t key_at, value_at;
     uint32_t key_size, value_size = 0;
     bool deleted;
+    bool timed;  // a view with a ttl: stored in a timed frame
   };
   std::string arena_;
   std::vector<staged> staged_;

@@ -249,7 +249,9 @@ class engine {
   // every stored window of the keys it passes.
   query_result<window_range_answer> window_range(const window_range_query& q, size_t limit) const;
   // Number of keys: exact (a scan) when the store holds at most `exact_limit` keys by
-  // RocksDB's estimate, otherwise the estimate, marked inexact.
+  // RocksDB's estimate, otherwise the estimate, marked inexact. In a store with a ttl the
+  // exact count leaves expired keys out (storage never reads them); the estimate counts
+  // what is on disk, expired keys that compaction has not deleted yet included.
   // With `partitions`, only those (a scatter-gather part); an estimate is then scaled by
   // their share of the topic's partitions.
   query_result<count_answer> count(std::string_view store, uint64_t exact_limit,

@@ -64,6 +64,16 @@ struct db_options {
   std::map<std::string, store_options> per_store;
   // Windowed views by view name.
   std::map<std::string, windowed_store> windowed;
+  // Views whose keys expire, by view name: time to live, ms (> 0). Their values carry a
+  // time (core/value_codec.h, timed frames). A value with time + ttl at or before the
+  // clock is expired: no read returns it (db::get, and every read of a snapshot: get,
+  // multi_get, scan, cursor), and a compaction filter deletes it. Values in plain frames
+  // (no time) never expire. The view's files are compacted at least every
+  // max(ttl, 1 h) (RocksDB's periodic compaction), so expired keys also leave the disk.
+  std::map<std::string, int64_t> ttl_ms;
+  // The wall clock the time to live is measured by, ms since the epoch; empty: the
+  // system clock. Called from any thread. Tests inject their own.
+  std::function<int64_t()> clock;
   // How often a background thread compacts windowed views in which windows expired since
   // the last pass (db::expire_windows), ms; 0: expired windows leave disk only when RocksDB
   // compacts their files anyway. Default 1 h.
@@ -141,6 +151,7 @@ struct view_stats {
   uint64_t running_compactions = 0;       // rocksdb.num-running-compactions (whole DB)
   uint64_t running_flushes = 0;           // rocksdb.num-running-flushes (whole DB)
   uint64_t expired_windows = 0;           // windowed views: windows deleted by retention since open
+  uint64_t expired_keys = 0;              // views with a ttl: expired keys deleted by compaction since open
 };
 
 // Whole-database figures.
@@ -191,7 +202,9 @@ class partition_cursor : public partition_iterator {
 enum class scan_use { page, sweep };
 
 // A consistent view of the database at one instant: every read through it (values,
-// positions, iterators) sees the same state, whatever ingest writes meanwhile.
+// positions, iterators) sees the same state, whatever ingest writes meanwhile. Keys of
+// views with a ttl (db_options::ttl_ms) are expired as of the clock when the snapshot
+// was taken, for every read through it alike.
 // Safe to share between threads; the snapshot is released with the last reference.
 class snapshot {
  public:
@@ -323,6 +336,11 @@ class db {
   // Returns how many views were compacted. Blocks until done; the background thread of
   // db_options::window_expiry_interval_ms calls it too.
   result<int> expire_windows();
+
+  // Compacts the whole column family of a view now, down to its last level: its
+  // compaction filters run over every file (expired keys of a view with a ttl, expired
+  // windows, leave the disk). Blocks until done.
+  status compact(view_id view);
 
   // Flushes memtables (used on clean shutdown so restart replays no WAL).
   status flush();
