@@ -124,7 +124,8 @@ result<std::vector<feed_change>> change_feed::poll(const feed_selection& sel, st
     if (m->key) r.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
     if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
     if (!validate(impl_->view, r, impl_->max_json_depth).empty() || !sel.matches(*r.key)) continue;
-    feed_change c{m->partition, m->offset, std::string(*r.key), std::nullopt};
+    feed_change c{m->partition, m->offset, std::string(*r.key), std::nullopt,
+                  rd_kafka_message_timestamp(m.get(), nullptr)};
     if (r.value) c.value = std::string(*r.value);
     bytes += c.key.size() + (c.value ? c.value->size() : 0);
     out.push_back(std::move(c));

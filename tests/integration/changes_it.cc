@@ -287,11 +287,16 @@ TEST_CASE("chosen keys as NDJSON, and the refusals: history gone, positions, med
   auto topic = unique_name("changes-keys");
   create_topic(topic, 2);
   std::vector<produced> recs;
+  // Record timestamps set by the producer: each event must carry its record's.
+  const int64_t t0 = 1'700'000'000'000;
   for (int round = 0; round < 2; ++round)
     for (int k = 0; k < 20; ++k)
-      recs.push_back({"k" + std::to_string(k), R"({"round":)" + std::to_string(round) + "}"});
-  recs.push_back({"k5", std::nullopt});  // a deletion
+      recs.push_back({"k" + std::to_string(k), R"({"round":)" + std::to_string(round) + "}",
+                      t0 + static_cast<int64_t>(recs.size())});
+  recs.push_back({"k5", std::nullopt, t0 + static_cast<int64_t>(recs.size())});  // a deletion
   auto where = produce_bytes(topic, recs);
+  std::map<std::pair<int32_t, int64_t>, int64_t> timestamp_at;
+  for (size_t i = 0; i < recs.size(); ++i) timestamp_at[where[i]] = *recs[i].timestamp;
   std::map<int32_t, int64_t> ends;
   std::map<int32_t, std::vector<std::pair<int64_t, std::string>>> want;  // (offset, key) of k3, k5, k7
   for (size_t i = 0; i < recs.size(); ++i) {
@@ -360,6 +365,7 @@ TEST_CASE("chosen keys as NDJSON, and the refusals: history gone, positions, med
     if (l["type"] == "change") {
       got[l["partition"].get<int32_t>()].push_back({l["offset"].get<int64_t>(), l["key"].get<std::string>()});
       CHECK(l["deleted"] == (l["value"].is_null()));
+      CHECK(l["timestamp"] == timestamp_at[{l["partition"].get<int32_t>(), l["offset"].get<int64_t>()}]);
     }
     if (l["type"] == "position") {
       // Every record of the keys' partitions was read by then.

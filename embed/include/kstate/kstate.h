@@ -315,6 +315,7 @@ struct feed_event {
   std::optional<std::string> value;
   int32_t partition = -1;
   int64_t offset = -1;
+  int64_t timestamp = -1;  ///< the record's timestamp, ms since the epoch (-1: none)
   /// The position this change completes: a stream opened from it gets every later
   /// change once.
   position pos;

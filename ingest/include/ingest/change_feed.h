@@ -43,6 +43,7 @@ struct feed_change {
   int64_t offset = 0;
   std::string key;
   std::optional<std::string> value;
+  int64_t timestamp = -1;  // the record's timestamp, ms since the epoch (-1: none)
 };
 
 class change_feed {

@@ -172,6 +172,8 @@ struct feed_shared {
         append_int(data, c.partition);
         data += ",\"position\":";
         append_json_string(data, id);
+        data += ",\"timestamp\":";
+        append_int(data, c.timestamp);
         data += ",\"value\":";
         if (c.value) append_rendered_value(data, view.value_format, *c.value);
         else data += "null";
