@@ -476,6 +476,10 @@ void agg_pipeline::poll() {
   if (producer_) rd_kafka_poll(producer_, 0);
 }
 
+bool agg_pipeline::producer_failed() const {
+  return producer_ && rd_kafka_fatal_error(producer_, nullptr, 0) != RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
 void agg_pipeline::close() {
   if (producer_) {
     if (in_txn_) {

@@ -96,6 +96,10 @@ class agg_pipeline {
   // stored aggregate could not be read) leaves the batch unusable: the engine stops.
   status add(const record& r);
   bool pending() const { return !consumed_.empty(); }
+  // True when the transactional producer hit a fatal error (e.g. an abort the broker
+  // refused after a network cut): it is unusable, but a new one with the same
+  // transactional.id fences it and goes on from the committed offsets.
+  bool producer_failed() const;
 
   enum class outcome { committed, aborted, fatal };
   // Makes the batch durable in Kafka, then adds aggregates and positions to `batch`.

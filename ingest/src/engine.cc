@@ -375,7 +375,12 @@ struct engine::impl {
       switch (agg->commit(builder->batch(), why, sequence)) {
         case agg_pipeline::outcome::committed: break;
         case agg_pipeline::outcome::aborted: ++stats.aborted; break;
-        case agg_pipeline::outcome::fatal: set_fatal("aggregate transaction failed: " + why); return false;
+        case agg_pipeline::outcome::fatal:
+          // A producer that failed for good is replaced like a fenced consumer: the
+          // engine stops and a new one rejoins on the same stores (fenced()).
+          if (agg->producer_failed()) fenced = true;
+          set_fatal("aggregate transaction failed: " + why);
+          return false;
       }
     }
     built_batch b = builder->take(writer->recycled());

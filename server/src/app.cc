@@ -139,9 +139,10 @@ bool app::impl::rejoin() {
   if (rejoins.size() >= 5) return false;
   rejoins.push_back(now);
   server_log()->warn(
-      "the consumer group fenced this member ({}): it lost its session (a broker or coordinator unreachable for longer "
-      "than session.timeout.ms) and rejoined, or another instance uses the same group.instance.id; rejoining with a "
-      "new consumer (rejoin {} of at most 5 in 10 minutes)",
+      "ingest's Kafka clients failed for good ({}): the consumer group fenced this member (it lost its session to a "
+      "broker or coordinator unreachable for longer than session.timeout.ms, or another instance uses the same "
+      "group.instance.id), or the transactional producer failed; rejoining with new clients (rejoin {} of at most 5 "
+      "in 10 minutes)",
       ingest->fatal_error(), rejoins.size());
   ingest->stop();
   auto started = start_ingest();

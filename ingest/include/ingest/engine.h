@@ -154,7 +154,10 @@ class engine {
   // (FENCED_INSTANCE_ID): librdkafka rejoins with a new member id after losing its
   // session (a broker or coordinator outage longer than session.timeout.ms), and an
   // OffsetCommit or heartbeat still carrying the old one is fenced. The consumer is
-  // then unusable, but a new engine on the same stores can rejoin.
+  // then unusable, but a new engine on the same stores can rejoin. The same holds when
+  // the transactional producer of exactly-once aggregates fails for good (an abort the
+  // broker refuses after a network cut): a new one fences it, and the batch is read
+  // again from the committed offsets.
   bool fenced() const;
 
  private:
