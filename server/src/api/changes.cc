@@ -121,6 +121,15 @@ struct feed_shared {
     return stop;
   }
 
+  // An event that only says where the feed is: {"position": "0:12,1:40"}, id the same.
+  void append_position_event(std::string& out, const char* type) {
+    const auto id = position_text(feed->position());
+    std::string data = "{\"position\":";
+    append_json_string(data, id);
+    data += '}';
+    append_event(out, media, type, id, data);
+  }
+
   http::body_source::piece make_piece() {
     http::body_source::piece p;
     p.more = true;
@@ -131,11 +140,7 @@ struct feed_shared {
     if (!started) {
       // Where the stream begins: resuming from this id misses nothing.
       started = true;
-      const auto id = position_text(feed->position());
-      std::string data = "{\"position\":";
-      append_json_string(data, id);
-      data += '}';
-      append_event(p.data, media, "start", id, data);
+      append_position_event(p.data, "start");
       return p;
     }
     // Read until changes come or the heartbeat is due, in short slices so that a
@@ -185,11 +190,7 @@ struct feed_shared {
         // Nothing of the selection for a while: where the feed is now (every record
         // before it read), so that a resumption need not read them again, and so that
         // proxies see traffic.
-        const auto id = position_text(feed->position());
-        std::string data = "{\"position\":";
-        append_json_string(data, id);
-        data += '}';
-        append_event(p.data, media, "position", id, data);
+        append_position_event(p.data, "position");
         return p;
       }
     }
