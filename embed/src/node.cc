@@ -381,7 +381,8 @@ result<std::vector<feed_event>> change_stream::next(std::chrono::milliseconds wa
   out.reserve(got->size());
   for (auto& c : *got) {
     running[c.partition] = c.offset + 1;
-    out.push_back({std::move(c.key), std::move(c.value), c.partition, c.offset, c.timestamp, running});
+    out.push_back({std::move(c.key), std::move(c.value), c.partition, c.offset, c.timestamp, running, c.source_offset,
+                   c.window_start});
   }
   return out;
 }

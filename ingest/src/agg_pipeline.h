@@ -47,6 +47,9 @@ namespace kstate::ingest {
 // The changelog header carrying the store-topic offset of the record that produced an
 // aggregate, so a restored value reports the same record offset as the original.
 inline constexpr const char* changelog_offset_header = "kstate.offset";
+// The store-topic offset a changelog record carries in changelog_offset_header, or
+// `fallback` when it has none or it is not a non-negative decimal number.
+int64_t changelog_record_offset(const rd_kafka_message_t* m, int64_t fallback);
 // How far a view's changelog partition is reflected in its store (a named position).
 inline std::string changelog_position_name(const view_def& v) { return v.name + "#changelog"; }
 // Windowed views: the partition's stream time (largest event time applied), kept with

@@ -8,6 +8,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -15,6 +16,19 @@
 #include "core/value_codec.h"
 
 namespace kstate::ingest {
+
+int64_t changelog_record_offset(const rd_kafka_message_t* m, int64_t fallback) {
+  rd_kafka_headers_t* hdrs = nullptr;
+  if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR) return fallback;
+  const void* val = nullptr;
+  size_t len = 0;
+  if (rd_kafka_header_get_last(hdrs, changelog_offset_header, &val, &len) != RD_KAFKA_RESP_ERR_NO_ERROR || !val)
+    return fallback;
+  const char* text = static_cast<const char*>(val);
+  int64_t out = 0;
+  auto [end, ec] = std::from_chars(text, text + len, out);
+  return ec == std::errc() && end == text + len && out >= 0 ? out : fallback;
+}
 
 result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topic, int32_t partition) {
   // The group's committed offset: under exactly_once it moved atomically with the
@@ -205,14 +219,7 @@ result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(
         log()->warn("restoring {}-{}: {}", cl, a.plan.partition, why);
         continue;
       }
-      int64_t framed_offset = m->offset;
-      rd_kafka_headers_t* hdrs = nullptr;
-      if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        const void* val = nullptr;
-        size_t len = 0;
-        if (rd_kafka_header_get_last(hdrs, changelog_offset_header, &val, &len) == RD_KAFKA_RESP_ERR_NO_ERROR && val)
-          framed_offset = std::strtoll(std::string(static_cast<const char*>(val), len).c_str(), nullptr, 10);
-      }
+      const int64_t framed_offset = changelog_record_offset(m, m->offset);
       std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
       // A windowed changelog record carries the event time of its update; the largest
       // is the partition's stream time.

@@ -1,5 +1,7 @@
 #include "ingest/change_feed.h"
 
+#include "agg_pipeline.h"
+#include "core/window.h"
 #include "ingest/batch_builder.h"
 #include "kafka_common.h"
 
@@ -17,12 +19,14 @@ bool feed_selection::matches(std::string_view key) const {
   return true;
 }
 
+const std::string& feed_topic(const view_def& view) { return view.is_aggregate() ? view.changelog_topic : view.topic; }
+
 namespace {
 
 // An assign-only reader of committed records: no group is joined and nothing is
 // committed. A position outside what the topic holds is an error, never a jump to one
 // of its ends (auto.offset.reset=error).
-client_spec feed_consumer_spec(const ingest_config& cfg) {
+client_spec feed_consumer_spec(const ingest_config& cfg, bool report_end) {
   return {RD_KAFKA_CONSUMER,
           "change feed consumer",
           "-feed",
@@ -31,7 +35,7 @@ client_spec feed_consumer_spec(const ingest_config& cfg) {
            {"isolation.level", "read_committed"},
            {"enable.auto.commit", "false"},
            {"enable.auto.offset.store", "false"},
-           {"enable.partition.eof", "false"},
+           {"enable.partition.eof", report_end ? "true" : "false"},
            {"auto.offset.reset", "error"}}};
 }
 
@@ -47,6 +51,8 @@ struct change_feed::impl {
   int max_json_depth = 0;
   client_ptr consumer;
   std::map<int32_t, int64_t> pos;
+  std::set<int32_t> caught_up;
+  std::map<int32_t, int64_t> max_ts;
 };
 
 change_feed::change_feed(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
@@ -58,9 +64,10 @@ change_feed::~change_feed() {
 
 result<std::unique_ptr<change_feed>> change_feed::open(const ingest_config& cfg, const view_def& view,
                                                        const std::map<int32_t, std::optional<int64_t>>& start,
-                                                       int max_json_depth) {
-  if (view.kind != view_kind::table) return status::invalid_argument("changes are read of table views only");
-  auto rk = create_client(cfg, feed_consumer_spec(cfg));
+                                                       int max_json_depth, const feed_options& options) {
+  const std::string& topic = feed_topic(view);
+  if (topic.empty()) return status::invalid_argument("view '" + view.name + "' has no topic recording its changes");
+  auto rk = create_client(cfg, feed_consumer_spec(cfg, options.report_end));
   if (!rk.ok()) return rk.error();
   auto i = std::make_unique<impl>();
   i->view = view;
@@ -69,19 +76,19 @@ result<std::unique_ptr<change_feed>> change_feed::open(const ingest_config& cfg,
   tpl_ptr parts(rd_kafka_topic_partition_list_new(static_cast<int>(start.size())));
   for (const auto& [p, offset] : start) {
     int64_t low = 0, high = 0;
-    auto err = rd_kafka_query_watermark_offsets(i->consumer.get(), view.topic.c_str(), p, &low, &high, 5000);
+    auto err = rd_kafka_query_watermark_offsets(i->consumer.get(), topic.c_str(), p, &low, &high, 5000);
     if (err)
-      return status::unavailable("reading the offsets of " + view.topic + "/" + std::to_string(p) + ": " +
+      return status::unavailable("reading the offsets of " + topic + "/" + std::to_string(p) + ": " +
                                  rd_kafka_err2str(err));
-    const int64_t at = offset.value_or(high);
+    const int64_t at = options.from_beginning ? low : offset.value_or(high);
     if (at < low)
-      return status::not_found("partition " + std::to_string(p) + " of '" + view.topic + "' no longer holds offset " +
+      return status::not_found("partition " + std::to_string(p) + " of '" + topic + "' no longer holds offset " +
                                std::to_string(at) + " (it begins at " + std::to_string(low) +
                                "): the changes before that are gone");
     if (at > high)
-      return status::invalid_argument("partition " + std::to_string(p) + " of '" + view.topic + "' ends at offset " +
+      return status::invalid_argument("partition " + std::to_string(p) + " of '" + topic + "' ends at offset " +
                                       std::to_string(high) + "; a position of " + std::to_string(at) + " is beyond it");
-    rd_kafka_topic_partition_list_add(parts.get(), view.topic.c_str(), p)->offset = at;
+    rd_kafka_topic_partition_list_add(parts.get(), topic.c_str(), p)->offset = at;
     i->pos[p] = at;
   }
   if (auto err = rd_kafka_assign(i->consumer.get(), parts.get()))
@@ -107,9 +114,17 @@ result<std::vector<feed_change>> change_feed::poll(const feed_selection& sel, st
     if (m->err) {
       if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET || m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE)
         return status::not_found(
-            "partition " + std::to_string(m->partition) + " of '" + impl_->view.topic +
+            "partition " + std::to_string(m->partition) + " of '" + feed_topic(impl_->view) +
             "' no longer holds the changes after this position: " + rd_kafka_message_errstr(m.get()));
-      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
+      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        // The end of what the partition holds: the records before it were all returned,
+        // so the position may move over the transaction markers that end it.
+        auto it = impl_->pos.find(m->partition);
+        if (it == impl_->pos.end()) continue;
+        it->second = std::max(it->second, m->offset);
+        if (impl_->caught_up.insert(m->partition).second) break;  // a caller waits for it
+        continue;
+      }
       // Transient (a broker restarting, a leader moving): librdkafka retries by itself.
       log()->debug("change feed of '{}': {}", impl_->view.name, rd_kafka_message_errstr(m.get()));
       continue;
@@ -117,16 +132,47 @@ result<std::vector<feed_change>> change_feed::poll(const feed_selection& sel, st
     auto it = impl_->pos.find(m->partition);
     if (it == impl_->pos.end() || m->offset < it->second) continue;  // not asked for, or already read
     it->second = m->offset + 1;
-    record r;
-    r.topic = impl_->view.topic;
-    r.partition = m->partition;
-    r.offset = m->offset;
-    if (m->key) r.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
-    if (m->payload) r.value = std::string_view(static_cast<const char*>(m->payload), m->len);
-    if (!validate(impl_->view, r, impl_->max_json_depth).empty() || !sel.matches(*r.key)) continue;
-    feed_change c{m->partition, m->offset, std::string(*r.key), std::nullopt,
-                  rd_kafka_message_timestamp(m.get(), nullptr)};
-    if (r.value) c.value = std::string(*r.value);
+    const int64_t ts = rd_kafka_message_timestamp(m.get(), nullptr);
+    if (auto [t, added] = impl_->max_ts.emplace(m->partition, ts); !added) t->second = std::max(t->second, ts);
+    const view_def& v = impl_->view;
+    std::optional<std::string_view> key, value;
+    if (m->key) key = std::string_view(static_cast<const char*>(m->key), m->key_len);
+    if (m->payload) value = std::string_view(static_cast<const char*>(m->payload), m->len);
+    feed_change c;
+    c.partition = m->partition;
+    c.offset = m->offset;
+    c.timestamp = ts;
+    if (v.is_aggregate()) {
+      // kstate wrote this changelog record; one it cannot read (no key, a windowed key
+      // that does not decode) was not written by this view and is no change of it.
+      if (!key) continue;
+      if (v.windowed()) {
+        auto wk = decode_windowed_key(*key);
+        if (!wk) {
+          log()->debug("change feed of '{}': {}-{}@{} is not a windowed key", v.name, feed_topic(v), m->partition,
+                       m->offset);
+          continue;
+        }
+        if (!sel.matches(wk->key)) continue;
+        c.key = std::move(wk->key);
+        c.window_start = wk->start;
+      } else {
+        if (!sel.matches(*key)) continue;
+        c.key = std::string(*key);
+      }
+      c.source_offset = changelog_record_offset(m.get(), -1);
+    } else {
+      record r;
+      r.topic = v.topic;
+      r.partition = m->partition;
+      r.offset = m->offset;
+      r.key = key;
+      r.value = value;
+      if (!validate(v, r, impl_->max_json_depth).empty() || !sel.matches(*r.key)) continue;
+      c.key = std::string(*r.key);
+      c.source_offset = m->offset;
+    }
+    if (value) c.value = std::string(*value);
     bytes += c.key.size() + (c.value ? c.value->size() : 0);
     out.push_back(std::move(c));
   }
@@ -134,5 +180,7 @@ result<std::vector<feed_change>> change_feed::poll(const feed_selection& sel, st
 }
 
 const std::map<int32_t, int64_t>& change_feed::position() const { return impl_->pos; }
+const std::set<int32_t>& change_feed::caught_up() const { return impl_->caught_up; }
+const std::map<int32_t, int64_t>& change_feed::max_timestamps() const { return impl_->max_ts; }
 
 }  // namespace kstate::ingest

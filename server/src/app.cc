@@ -311,8 +311,9 @@ status app::start() {
   ctx.limits.feed_heartbeat =
       std::min(ctx.limits.feed_heartbeat, std::max(std::chrono::milliseconds(100), i.cfg.http.read_timeout / 2));
   ctx.open_feed = [ingest_cfg = i.cfg.ingest, depth = i.cfg.query.max_json_depth](
-                      const view_def& v, const std::map<int32_t, std::optional<int64_t>>& start) {
-    return ingest::change_feed::open(ingest_cfg, v, start, depth);
+                      const view_def& v, const std::map<int32_t, std::optional<int64_t>>& start,
+                      const ingest::feed_options& options) {
+    return ingest::change_feed::open(ingest_cfg, v, start, depth, options);
   };
   ctx.snapshots = std::make_shared<snapshot_sender>(*i.db);
   ctx.ui_dir = i.cfg.ui_dir;

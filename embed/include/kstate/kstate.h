@@ -308,21 +308,30 @@ struct changes_options {
   position from_position;
 };
 
-/// One change read from a table view's history (its topic): the record's key and
-/// value as produced (nullopt: a deletion).
+/// One change read from a view's history: for a table view, a record of its topic (key
+/// and value as produced; nullopt: a deletion); for an aggregate view, an update of
+/// its changelog (the group key and the new aggregate, JSON).
 struct feed_event {
   std::string key;
   std::optional<std::string> value;
   int32_t partition = -1;
+  /// The record's offset in the history read: the table's topic, or the aggregate's
+  /// changelog.
   int64_t offset = -1;
   int64_t timestamp = -1;  ///< the record's timestamp, ms since the epoch (-1: none)
   /// The position this change completes: a stream opened from it gets every later
-  /// change once.
+  /// change once. Positions of an aggregate's stream are changelog positions.
   position pos;
+  /// Aggregates: the store-topic offset of the last record folded into the update (as
+  /// answers report it; -1 when the changelog record does not say). Tables: `offset`.
+  int64_t source_offset = -1;
+  /// Windowed views: the start of the updated window.
+  std::optional<int64_t> window_start;
 };
 
-/// The changes of a table view from a position on, read from its topic (so on any
-/// node, whoever owns the partitions). Not thread-safe: one thread reads a stream.
+/// The changes of a view from a position on, read from its history (a table's topic, an
+/// aggregate's changelog), so on any node, whoever owns the partitions. Not
+/// thread-safe: one thread reads a stream.
 class change_stream {
  public:
   change_stream();
@@ -418,10 +427,10 @@ class node {
   /// The current position of a store's partitions held here.
   result<position> current_position(const std::string& store) const;
 
-  /// A stream of a table view's changes from `o.from_position` (the REST API's change
-  /// subscriptions, in process): invalid_argument for an aggregate store or a position
-  /// that misses a followed partition or lies past a partition's end, not_found when the
-  /// topic no longer holds the changes after it.
+  /// A stream of a view's changes from `o.from_position` (the REST API's change
+  /// subscriptions, in process; an aggregate's positions are changelog positions):
+  /// invalid_argument for a position that misses a followed partition or lies past a
+  /// partition's end, not_found when the history no longer holds the changes after it.
   result<change_stream> changes(const std::string& store, const changes_options& o = {}) const;
 
   /// Calls `on_change` on a thread of the subscription's own for every change this

@@ -131,11 +131,11 @@ struct api_context {
   // Sends copies of this instance's partitions to instances taking them over (internal
   // routes); null: none are sent.
   std::shared_ptr<snapshot_sender> snapshots;
-  // Opens a reader of a table view's changes from the given positions (partition ->
-  // next offset; nullopt: the end), for change subscriptions (ingest/change_feed.h).
+  // Opens a reader of a view's changes from the given positions (partition -> next
+  // offset; nullopt: the end), for change subscriptions (ingest/change_feed.h).
   // Empty: the changes route answers 503.
-  std::function<result<std::unique_ptr<ingest::change_feed>>(const view_def&,
-                                                             const std::map<int32_t, std::optional<int64_t>>&)>
+  std::function<result<std::unique_ptr<ingest::change_feed>>(
+      const view_def&, const std::map<int32_t, std::optional<int64_t>>&, const ingest::feed_options&)>
       open_feed;
 };
 

@@ -103,6 +103,14 @@ class dispatcher : public std::enable_shared_from_this<dispatcher> {
   explicit dispatcher(api_context ctx) : st_(std::make_shared<state>(std::move(ctx))) {}
 
   void handle(const http::request& req, http::responder reply);
+  // Gives the state a handle on this dispatcher (state::self), weak: the state must
+  // not keep its own dispatcher alive.
+  void bind_self() {
+    st_->self = [w = weak_from_this()](const http::request& req, http::responder reply) {
+      if (auto d = w.lock()) return d->handle(req, std::move(reply));
+      reply(problem(failure_reason::shutting_down, "the API is stopping", req.path));
+    };
+  }
 
  private:
   void run(const call& c, outcome o, const finish_fn& finish);
@@ -332,6 +340,7 @@ std::vector<route_info> api_routes_impl() {
 
 http::async_handler make_handler(api_context ctx) {
   auto a = std::make_shared<dispatcher>(std::move(ctx));
+  a->bind_self();
   return [a](const http::request& req, http::responder reply) { a->handle(req, std::move(reply)); };
 }
 

@@ -183,6 +183,18 @@ void fingerprint_add(std::string& fp, const std::optional<std::string>& v) {
   fp += std::to_string(v->size()) + ':' + *v;
 }
 
+std::string keys_fingerprint(std::string_view store, bool descending, const std::optional<std::string>& from,
+                             const std::optional<std::string>& to, const std::optional<std::string>& prefix) {
+  std::string fp(store);
+  fp += '\0';
+  fp += descending ? "desc" : "asc";
+  fp += '\0';
+  fingerprint_add(fp, from);
+  fingerprint_add(fp, to);
+  fingerprint_add(fp, prefix);
+  return fp;
+}
+
 std::string partition_list(const std::vector<int32_t>& parts) {
   std::string out;
   for (auto p : parts) {

@@ -74,6 +74,9 @@ media negotiate(const call& c, bool ndjson_ok);
 // Appends a length-prefixed field to a cursor fingerprint, so distinct queries never
 // share one.
 void fingerprint_add(std::string& fp, const std::optional<std::string>& v);
+// What a cursor of a page of keys is made for: the store, the order and the bounds.
+std::string keys_fingerprint(std::string_view store, bool descending, const std::optional<std::string>& from,
+                             const std::optional<std::string>& to, const std::optional<std::string>& prefix);
 
 // "0,3,5".
 std::string partition_list(const std::vector<int32_t>& parts);

@@ -219,10 +219,7 @@ param<range_request> range_request_of(const state& st, const call& c, bool windo
     auto desc = descending_of(c);
     if (!desc.ok()) return std::move(desc).error();
     rr.q.descending = *desc;
-    rr.fingerprint = c.store + '\0' + (*desc ? "desc" : "asc") + '\0';
-    fingerprint_add(rr.fingerprint, rr.q.from);
-    fingerprint_add(rr.fingerprint, rr.q.to);
-    fingerprint_add(rr.fingerprint, rr.q.prefix);
+    rr.fingerprint = keys_fingerprint(c.store, *desc, rr.q.from, rr.q.to, rr.q.prefix);
   }
   auto limit = limit_of(st, c);
   if (!limit.ok()) return std::move(limit).error();

@@ -36,7 +36,7 @@ const std::vector<route>& routes() {
        &range},
       {"GET",
        {"v1", "stores", "{store}", "changes"},
-       {"key", "keys", "prefix", "from", "to", "from_position", "key_format"},
+       {"key", "keys", "prefix", "from", "to", "from_position", "key_format", "snapshot"},
        {},
        false,
        &changes},

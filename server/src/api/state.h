@@ -79,6 +79,10 @@ struct state : std::enable_shared_from_this<state> {
   mutable std::atomic<uint32_t> open_scans{0};
   // Change subscriptions open now (query.max_subscriptions).
   std::shared_ptr<feed_threads> feeds = std::make_shared<feed_threads>();
+  // This API's own handler, for work that reads through the API as a client would
+  // (the snapshot of a change subscription: pages gathered from every owner). Set
+  // before the first request; answers 503 once the API is gone.
+  http::async_handler self;
   prometheus::Family<prometheus::Histogram>* m_duration = nullptr;
   prometheus::Family<prometheus::Counter>* m_peer_requests = nullptr;
   // The request duration histogram of a route (null: no route matched), a method label
