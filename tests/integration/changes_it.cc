@@ -289,5 +289,22 @@ TEST_CASE("chosen keys as NDJSON, and the refusals: history gone, positions, med
         offsets + " >/dev/null");
   CHECK(problem_code("/v1/stores/t/changes?from_position=0:0,1:0", {}) == std::make_pair(410, 41001));
   CHECK(problem_code("/v1/stores/t/changes?from_position=0:2,1:0", {}) == std::make_pair(410, 41001));
+  // With snapshot=true the same position begins with a snapshot instead: every key's
+  // current value (k5 was deleted last), then the start.
+  sse_stream snap(ks.port(), "/v1/stores/t/changes?from_position=0:0,1:0&snapshot=true", "");
+  std::map<std::string, json> current;
+  bool started = false;
+  for (int i = 0; i < 60 && !started; ++i)
+    if (auto e = snap.next()) {
+      if (e->type == "snapshot") current[e->data["key"].get<std::string>()] = e->data["value"];
+      started = e->type == "start";
+    }
+  CHECK(started);
+  std::map<std::string, json> model;
+  for (const auto& r : recs) {
+    if (r.value) model[*r.key] = json::parse(*r.value);
+    else model.erase(*r.key);
+  }
+  CHECK(current == model);
   CHECK(ks.terminate() == 0);
 }

@@ -219,8 +219,8 @@ TEST_CASE("snapshot=true on a table: the current entries from every owner, in pa
   // The same for chosen keys (one batch) from the other instance, and a resumption whose
   // history is there does not take a snapshot.
   sse_stream k(a.port(), "/v1/stores/t/changes?key=user-1&key=user-2&snapshot=true", "");
-  auto first = read_until(k, [](const std::vector<event>& ev) { return ev.back().type == "start"; },
-                          std::chrono::seconds(30));
+  auto first = read_until(
+      k, [](const std::vector<event>& ev) { return ev.back().type == "start"; }, std::chrono::seconds(30));
   std::map<std::string, json> snap;
   for (const auto& e : first)
     if (e.type == "snapshot") snap[e.data["key"].get<std::string>()] = e.data["value"];
@@ -231,8 +231,8 @@ TEST_CASE("snapshot=true on a table: the current entries from every owner, in pa
   }
   REQUIRE(!first.empty());
   sse_stream r(a.port(), "/v1/stores/t/changes?key=user-1&key=user-2&snapshot=true", first.back().id);
-  auto resumed = read_until(r, [](const std::vector<event>& ev) { return ev.back().type == "start"; },
-                            std::chrono::seconds(30));
+  auto resumed = read_until(
+      r, [](const std::vector<event>& ev) { return ev.back().type == "start"; }, std::chrono::seconds(30));
   REQUIRE(!resumed.empty());
   CHECK(resumed.size() == 1);  // no snapshot events: the history after the id is there
   CHECK(resumed.back().id == first.back().id);
@@ -244,20 +244,21 @@ TEST_CASE("an aggregate's changes come from its changelog: counts and windows, s
   auto topic = unique_name("snap-agg");
   create_topic(topic, 3);
   auto dir = temp_dir("snap-agg");
-  kstate_process ks(unique_name("snap-agg-app"),
-                    {{"counts", topic, "json", "", "string", "kind: count"},
-                     {"per_minute", topic, "json", "", "string", "kind: count, window: {type: tumbling, size: 1m, grace: 1h}"}},
-                    dir, "processing_guarantee: exactly_once\n");
+  kstate_process ks(
+      unique_name("snap-agg-app"),
+      {{"counts", topic, "json", "", "string", "kind: count"},
+       {"per_minute", topic, "json", "", "string", "kind: count, window: {type: tumbling, size: 1m, grace: 1h}"}},
+      dir, "processing_guarantee: exactly_once\n");
   ks.start();
   ks.wait_ready();
 
   // Records of 30 users over 5 minutes of event time, out of order (a grace of an hour
   // takes them all).
-  const int64_t t0 = (std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count() /
-                      60'000 * 60'000) -
-                     10 * 60'000;
+  const int64_t t0 =
+      (std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+           .count() /
+       60'000 * 60'000) -
+      10 * 60'000;
   std::map<std::string, int64_t> counts;
   std::map<std::pair<std::string, int64_t>, int64_t> windows;
   std::mt19937 rng(3);
@@ -344,10 +345,11 @@ TEST_CASE("an aggregate's changes come from its changelog: counts and windows, s
   // A snapshot of the windowed view: every window, at its count, then start.
   sse_stream ws(ks.port(), "/v1/stores/per_minute/changes?snapshot=true", "");
   std::map<std::pair<std::string, int64_t>, int64_t> snap;
-  auto first = read_until(ws, [](const std::vector<event>& ev) { return ev.back().type == "start"; },
-                          std::chrono::seconds(60));
+  auto first = read_until(
+      ws, [](const std::vector<event>& ev) { return ev.back().type == "start"; }, std::chrono::seconds(60));
   for (const auto& e : first)
-    if (e.type == "snapshot") snap[{e.data["key"].get<std::string>(), e.data["start"].get<int64_t>()}] = e.data["value"];
+    if (e.type == "snapshot")
+      snap[{e.data["key"].get<std::string>(), e.data["start"].get<int64_t>()}] = e.data["value"];
   INFO(first_difference(snap, windows));
   CHECK(snap == windows);
   CHECK(ks.terminate() == 0);

@@ -133,9 +133,8 @@ std::map<int32_t, int64_t> table_snapshot::follow_from() const {
 bool table_snapshot::reflected(int32_t partition, int64_t offset, std::string_view key) const {
   // The page covering `key`: the first whose last key is not before it (pages are in
   // key order and the last one reaches the end of the range).
-  auto it = std::partition_point(pages_.begin(), pages_.end(), [&](const page& pg) {
-    return pg.last_key && std::string_view(*pg.last_key) < key;
-  });
+  auto it = std::partition_point(pages_.begin(), pages_.end(),
+                                 [&](const page& pg) { return pg.last_key && std::string_view(*pg.last_key) < key; });
   if (it == pages_.end()) return false;
   auto at = it->pos.at(partition);
   return at && offset < *at;
