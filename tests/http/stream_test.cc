@@ -1,5 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "live_server.h"
 
 // ---------------------------------------------------------------------------------
@@ -332,6 +337,43 @@ TEST_CASE("async: a streamed reply from another thread") {
   REQUIRE(!c.read(res));
   CHECK(res.chunked());
   CHECK(res.body() == expected_lines(10));
+}
+
+TEST_CASE("stream: a client closing while the source has nothing to send releases the source at once") {
+  // A source that keeps the server's request for a piece and never answers it, as a
+  // change subscription does between heartbeats.
+  struct silent_source : body_source {
+    explicit silent_source(std::shared_ptr<counting_source::probe> p) : probe(std::move(p)) {}
+    ~silent_source() override { probe->destroyed = true; }
+    void next(std::function<void(piece)> done) override {
+      ++probe->calls;
+      held = std::move(done);
+    }
+    std::shared_ptr<counting_source::probe> probe;
+    std::function<void(piece)> held;
+  };
+  auto probe = std::make_shared<counting_source::probe>();
+  server_config cfg;
+  cfg.read_timeout = 120s;  // the deadline would release it only after this
+  running_async_server srv(cfg, [probe](const request&, responder reply) {
+    response r;
+    r.stream = std::make_shared<silent_source>(probe);
+    reply(std::move(r));
+  });
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(srv.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string req = "GET /feed HTTP/1.1\r\nHost: x\r\n\r\n";
+  REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+  char buf[512];
+  REQUIRE(::recv(fd, buf, sizeof buf, 0) > 0);  // the header: the stream has begun
+  REQUIRE(wait_for([&] { return probe->calls.load() >= 1; }, 5s));
+  CHECK_FALSE(probe->destroyed.load());
+  ::close(fd);
+  CHECK(wait_for([&] { return probe->destroyed.load(); }, 20s));
 }
 
 TEST_CASE("async: a handler that drops its responder uncalled yields a 500 problem") {

@@ -234,7 +234,7 @@ TEST_CASE("chosen keys as NDJSON, and the refusals: history gone, positions, med
     for (const auto& l : lines) quiet = quiet || l["type"] == "position";
   }
   // The subscription is counted while it streams, and no longer once it is closed (the
-  // server notices at its next write: a heartbeat at the latest, every 5 s).
+  // server notices when the connection closes).
   CHECK(ks.metric_sum("kstate_query_open_subscriptions") == 1);
   ::close(fd);
   for (int i = 0; i < 150 && ks.metric_sum("kstate_query_open_subscriptions") != 0; ++i)

@@ -39,7 +39,10 @@
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -736,6 +739,33 @@ class session : public session_base {
     ssr_.emplace(*sres_);
     set_deadline(st_->cfg.read_timeout);
     bhttp::async_write_header(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
+    watch_client(++stream_generation_);
+  }
+
+  // A source may make its next piece only seconds later (a change subscription with
+  // nothing to say writes a heartbeat every few seconds), and a client that closed its
+  // connection would be noticed only at that write. So while the stream lasts the socket
+  // is watched: an end of input or an error aborts the stream at once, which releases
+  // its source. Input the client sends meanwhile (a pipelined request) ends the watch
+  // and stays unread for the parser. A TLS client's close_notify is input too: over TLS
+  // the close is noticed at the next write.
+  void watch_client(uint64_t generation) {
+    tcp_layer().async_wait(tcp::socket::wait_read, [self = self(), generation](beast::error_code ec) {
+      self->on_client_readable(ec, generation);
+    });
+  }
+
+  void on_client_readable(beast::error_code ec, uint64_t generation) {
+    if (generation != stream_generation_ || phase_ != phase::streaming || !source_ || closed_) return;
+    if (ec == net::error::operation_aborted) return;
+    if (!ec) {
+      char c;
+      const auto n = ::recv(tcp_layer().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) return;  // a request, not an end
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return watch_client(generation);
+    }
+    log()->debug("request {}: the client closed its connection during a streamed response", cur_.request_id);
+    abort_stream("client gone");
   }
 
   void on_stream_write(beast::error_code ec, std::size_t) {
@@ -906,6 +936,7 @@ class session : public session_base {
   std::string piece_;
   int empty_pieces_ = 0;
   bool stream_close_after_ = false;
+  uint64_t stream_generation_ = 0;  // numbers the streams of the connection (watch_client)
   phase phase_ = phase::reading;
   bool close_after_response_ = false;
   std::array<char, 8192> drain_buf_{};
