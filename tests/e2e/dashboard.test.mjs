@@ -568,6 +568,46 @@ test('the live view of a prefix shows each change as it is applied, newest first
   await page.getByTestId('live-stop').click();
 });
 
+test('the live view of a range with current values first shows the entries, then keeps them current', async () => {
+  await setView(DESKTOP, 'light');
+  await open('#/browse/users');
+  const page = run.page;
+  await page.getByTestId('live-mode').selectOption('range');
+  await page.getByTestId('live-from').fill('user-0010');
+  await page.getByTestId('live-to').fill('user-0020');
+  await page.getByTestId('live-snapshot').check();
+  await page.getByTestId('live-follow').click();
+  await page.getByTestId('live-summary').locator('.tag', { hasText: 'live' }).waitFor();
+
+  // The model's current entries of [user-0010, user-0020).
+  const inRange = () => [...run.latest.keys()].filter((k) => k >= 'user-0010' && k < 'user-0020').sort();
+  const shown = async () => {
+    const keys = await page.getByTestId('live-current-key').allInnerTexts();
+    const values = await page.getByTestId('live-current-value').allInnerTexts();
+    return new Map(keys.map((k, i) => [k, JSON.parse(values[i])]));
+  };
+  let got = await shown();
+  assert.deepEqual([...got.keys()].sort(), inRange(), 'the current entries of the range');
+  for (const [k, v] of got) assert.deepEqual(v, run.latest.get(k), `value of ${k}`);
+
+  // A new value of one key and a deletion of another: the current entries follow.
+  const [first, second] = inRange();
+  const lines = [`${first}\t${JSON.stringify({ name: 'Changed live', visits: 1 })}`, `${second}\tNULL`];
+  kafka(
+    ['console-producer', '--topic', run.topic, '--property', 'parse.key=true', '--property', 'key.separator=\t', '--property', 'null.marker=NULL'],
+    lines.join('\n') + '\n',
+  );
+  run.latest.set(first, { name: 'Changed live', visits: 1 });
+  run.latest.delete(second);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="live-row"]').length >= 2, null, { timeout: 30_000 });
+  got = await shown();
+  assert.deepEqual([...got.keys()].sort(), inRange(), 'the deleted key is gone');
+  assert.deepEqual(got.get(first), { name: 'Changed live', visits: 1 });
+  await page.evaluate(() => document.getElementById('live').scrollIntoView());
+  await shot('browse-live-snapshot-desktop-light', { fullPage: false });
+  await page.getByTestId('live-stop').click();
+});
+
 test('API errors are shown as readable problems, not blank panels', async () => {
   await setView(DESKTOP, 'light');
   // A key that is not a long: 400 bad_key_encoding from the API.

@@ -28,7 +28,8 @@ export type Problem = Schemas['Problem'];
 export type KeyNotFoundProblem = Schemas['KeyNotFoundProblem'];
 export type KeyFormat = 'string' | 'base64url' | 'long' | 'json';
 
-// One event of GET /v1/stores/{store}/changes (the data of a `change` event).
+// One event of GET /v1/stores/{store}/changes (the data of a `change` or `snapshot`
+// event).
 export interface Change {
   key: unknown;
   value: unknown; // null when deleted
@@ -36,12 +37,28 @@ export interface Change {
   partition: number;
   offset: number;
   position: string; // the position this change completes ("0:12,1:40"): its event id
+  start?: number; // windowed views: the window's start and end (ms) and their times
+  end?: number;
+  start_time?: string;
+  end_time?: string;
 }
 
-// The URL of a change subscription of a prefix of a store (Server-Sent Events).
-export function changesUrl(store: string, prefix: string, keyFormat: KeyFormat): string {
+// What a change subscription follows: one key, a prefix (empty: every key), or a range
+// [from, to) (either side may be empty).
+export type LiveSelection = { mode: 'key'; key: string } | { mode: 'prefix'; prefix: string } | { mode: 'range'; from: string; to: string };
+
+// The URL of a change subscription (Server-Sent Events); `snapshot` begins it with the
+// current entries of the selection.
+export function changesUrl(store: string, sel: LiveSelection, keyFormat: KeyFormat, snapshot = false): string {
   const params = new URLSearchParams({ key_format: keyFormat });
-  if (prefix) params.set('prefix', prefix);
+  if (sel.mode === 'key') params.set('key', sel.key);
+  else if (sel.mode === 'prefix') {
+    if (sel.prefix) params.set('prefix', sel.prefix);
+  } else {
+    if (sel.from) params.set('from', sel.from);
+    if (sel.to) params.set('to', sel.to);
+  }
+  if (snapshot) params.set('snapshot', 'true');
   return `/v1/stores/${encodeURIComponent(store)}/changes?${params}`;
 }
 

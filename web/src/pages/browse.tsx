@@ -9,6 +9,7 @@ import {
   range,
   type Change,
   type KeyFormat,
+  type LiveSelection,
   type Lookup,
   type RangePage,
   type RangeParams,
@@ -73,7 +74,7 @@ export function Browse({ store, query }: { store: string | undefined; query: URL
         <div class="browse-grid">
           <LookupCard key={current.name} store={current} query={query} />
           <RangeCard key={`r-${current.name}`} store={current} />
-          {current.kind === 'table' && <LiveCard key={`l-${current.name}`} store={current} />}
+          <LiveCard key={`l-${current.name}`} store={current} />
         </div>
       )}
     </>
@@ -412,16 +413,31 @@ function RangeCard({ store }: { store: Store }) {
 
 // ---- changes as they come -------------------------------------------------------
 
-// Changes kept on screen, newest first.
+// Changes kept on screen, newest first; current entries shown at most.
 const LIVE_KEEP = 100;
+const LIVE_CURRENT_MAX = 500;
 
 type LiveState = 'connecting' | 'live' | 'reconnecting' | 'ended';
+type LiveMode = LiveSelection['mode'];
+
+// What identifies an entry: its key, and for a windowed view its window.
+function entryId(c: Change): string {
+  return JSON.stringify([c.key, c.start ?? null]);
+}
 
 function LiveCard({ store }: { store: Store }) {
+  const windowed = isWindowed(store);
+  const [mode, setMode] = useState<LiveMode>('prefix');
+  const [key, setKey] = useState('');
   const [prefix, setPrefix] = useState('');
+  const [from, setFrom] = useState('');
+  const [to, setTo] = useState('');
+  const [snapshot, setSnapshot] = useState(false);
   const [format, setFormat] = useState<KeyFormat>(defaultFormat(store));
-  const [following, setFollowing] = useState<{ prefix: string; format: KeyFormat } | null>(null);
+  const [following, setFollowing] = useState<{ sel: LiveSelection; format: KeyFormat; snapshot: boolean } | null>(null);
   const [changes, setChanges] = useState<Change[]>([]);
+  // With a snapshot: the selection's current entries, kept up to date by the changes.
+  const [current, setCurrent] = useState<Map<string, Change>>(new Map());
   const [seen, setSeen] = useState(0);
   const [state, setState] = useState<LiveState>('connecting');
   const [position, setPosition] = useState('');
@@ -430,24 +446,45 @@ function LiveCard({ store }: { store: Store }) {
   useEffect(() => {
     if (!following) return;
     setChanges([]);
+    setCurrent(new Map());
     setSeen(0);
     setEnded(null);
     setState('connecting');
     // EventSource reconnects by itself, sending the last event's id (a position), so
-    // nothing is missed or shown twice across a reconnection.
-    const es = new EventSource(changesUrl(store.name, following.prefix, following.format));
+    // nothing is missed or shown twice across a reconnection. Snapshot events carry an
+    // empty id: a reconnection before the snapshot's end takes a new snapshot.
+    const es = new EventSource(changesUrl(store.name, following.sel, following.format, following.snapshot));
+    let fresh = true; // the next snapshot event begins a new snapshot
     const at = (e: Event) => {
       setState('live');
+      fresh = true;
       setPosition((JSON.parse((e as MessageEvent<string>).data) as { position: string }).position);
     };
     es.addEventListener('start', at);
     es.addEventListener('position', at);
+    es.addEventListener('snapshot', (e) => {
+      const c = JSON.parse((e as MessageEvent<string>).data) as Change;
+      const begin = fresh;
+      fresh = false;
+      setCurrent((prev) => {
+        const next = new Map(begin ? [] : prev);
+        next.set(entryId(c), c);
+        return next;
+      });
+    });
     es.addEventListener('change', (e) => {
       const c = JSON.parse((e as MessageEvent<string>).data) as Change;
       setState('live');
+      fresh = true;
       setPosition(c.position);
       setSeen((n) => n + 1);
       setChanges((prev) => [c, ...prev].slice(0, LIVE_KEEP));
+      setCurrent((prev) => {
+        const next = new Map(prev);
+        if (c.deleted) next.delete(entryId(c));
+        else next.set(entryId(c), c);
+        return next;
+      });
     });
     es.addEventListener('error', (e) => {
       // The server's own error event (the history is gone) carries data; the browser's
@@ -472,6 +509,13 @@ function LiveCard({ store }: { store: Store }) {
     ) : (
       <span class="tag">{state}…</span>
     );
+  const selection = (): LiveSelection => (mode === 'key' ? { mode, key } : mode === 'prefix' ? { mode, prefix } : { mode, from, to });
+  const windowCell = (c: Change) => (
+    <td class="mono small" data-testid="live-window">
+      {c.start_time ?? ''}
+    </td>
+  );
+  const rows = [...current.values()].slice(0, LIVE_CURRENT_MAX);
 
   return (
     <Card title="Changes as they come" id="live">
@@ -479,14 +523,46 @@ function LiveCard({ store }: { store: Store }) {
         class="form-row"
         onSubmit={(e) => {
           e.preventDefault();
-          setFollowing({ prefix, format });
+          setFollowing({ sel: selection(), format, snapshot });
         }}
       >
-        <label class="field grow">
-          <span>Prefix</span>
-          <input class="mono" data-testid="live-prefix" value={prefix} placeholder="empty: every key" onInput={(e) => setPrefix((e.target as HTMLInputElement).value)} spellcheck={false} />
+        <label class="field">
+          <span>Follow</span>
+          <select data-testid="live-mode" value={mode} onChange={(e) => setMode((e.target as HTMLSelectElement).value as LiveMode)}>
+            <option value="key">One key</option>
+            <option value="prefix">A prefix</option>
+            <option value="range">A range [from, to)</option>
+          </select>
         </label>
+        {mode === 'key' && (
+          <label class="field grow">
+            <span>Key</span>
+            <input class="mono" data-testid="live-key-input" value={key} onInput={(e) => setKey((e.target as HTMLInputElement).value)} spellcheck={false} required />
+          </label>
+        )}
+        {mode === 'prefix' && (
+          <label class="field grow">
+            <span>Prefix</span>
+            <input class="mono" data-testid="live-prefix" value={prefix} placeholder="empty: every key" onInput={(e) => setPrefix((e.target as HTMLInputElement).value)} spellcheck={false} />
+          </label>
+        )}
+        {mode === 'range' && (
+          <>
+            <label class="field grow">
+              <span>From</span>
+              <input class="mono" data-testid="live-from" value={from} placeholder="empty: the first key" onInput={(e) => setFrom((e.target as HTMLInputElement).value)} spellcheck={false} />
+            </label>
+            <label class="field grow">
+              <span>To</span>
+              <input class="mono" data-testid="live-to" value={to} placeholder="empty: past the last key" onInput={(e) => setTo((e.target as HTMLInputElement).value)} spellcheck={false} />
+            </label>
+          </>
+        )}
         <FormatSelect value={format} onChange={setFormat} />
+        <label class="field inline">
+          <input type="checkbox" data-testid="live-snapshot" checked={snapshot} onChange={(e) => setSnapshot((e.target as HTMLInputElement).checked)} />
+          <span>Current values first</span>
+        </label>
         <button class="btn btn-primary" type="submit" data-testid="live-follow">
           {following ? 'Follow again' : 'Follow'}
         </button>
@@ -508,6 +584,46 @@ function LiveCard({ store }: { store: Store }) {
             )}
           </div>
           {ended && <p class="problem-detail" data-testid="live-ended">{ended}</p>}
+          {following.snapshot && (
+            <>
+              <h3 class="live-sub">
+                Current values <span class="muted small">({fmt.int(current.size)}{current.size > rows.length ? `, first ${fmt.int(rows.length)} shown` : ''})</span>
+              </h3>
+              {rows.length === 0 ? (
+                <p class="empty">No entry of the selection.</p>
+              ) : (
+                <div class="table-wrap">
+                  <table class="table kv" data-testid="live-current">
+                    <thead>
+                      <tr>
+                        <th>Key</th>
+                        {windowed && <th>Window</th>}
+                        <th>Value</th>
+                        <th class="num">Partition</th>
+                        <th class="num">Offset</th>
+                      </tr>
+                    </thead>
+                    <tbody>
+                      {rows.map((c) => (
+                        <tr class="kv-row" data-testid="live-current-row">
+                          <td class="kv-key" data-testid="live-current-key">
+                            <KeyText k={c.key} />
+                          </td>
+                          {windowed && windowCell(c)}
+                          <td class="kv-value" data-testid="live-current-value">
+                            <Json value={c.value} pretty={false} />
+                          </td>
+                          <td class="num">{c.partition}</td>
+                          <td class="num">{fmt.int(c.offset)}</td>
+                        </tr>
+                      ))}
+                    </tbody>
+                  </table>
+                </div>
+              )}
+              <h3 class="live-sub">Latest changes</h3>
+            </>
+          )}
           {changes.length === 0 ? (
             <p class="empty">No change of the selection yet; new ones appear here as they are applied.</p>
           ) : (
@@ -516,6 +632,7 @@ function LiveCard({ store }: { store: Store }) {
                 <thead>
                   <tr>
                     <th>Key</th>
+                    {windowed && <th>Window</th>}
                     <th>New value</th>
                     <th class="num">Partition</th>
                     <th class="num">Offset</th>
@@ -527,6 +644,7 @@ function LiveCard({ store }: { store: Store }) {
                       <td class="kv-key" data-testid="live-key">
                         <KeyText k={c.key} />
                       </td>
+                      {windowed && windowCell(c)}
                       <td class="kv-value" data-testid="live-value">
                         {c.deleted ? <span class="tag">deleted</span> : <Json value={c.value} pretty={false} />}
                       </td>
@@ -541,8 +659,9 @@ function LiveCard({ store }: { store: Store }) {
         </>
       ) : (
         <p class="hint muted small">
-          Follows the store&apos;s changes from now on (Server-Sent Events from <code>/v1/stores/{store.name}/changes</code>), newest first; a dropped connection
-          resumes from the last change shown.
+          Follows the store&apos;s changes from now on (Server-Sent Events from <code>/v1/stores/{store.name}/changes</code>), newest first, optionally after its current
+          values; a dropped connection resumes from the last change shown.
+          {store.kind !== 'table' && ' An aggregate’s changes are the updates of its changelog.'}
         </p>
       )}
     </Card>
@@ -558,6 +677,7 @@ function WindowCards({ store }: { store: Store & { window: NonNullable<Store['wi
     <div class="browse-grid">
       <KeyWindowsCard store={store} format={format} formatSelect={select} />
       <WindowRangeCard store={store} format={format} formatSelect={select} />
+      <LiveCard store={store} />
     </div>
   );
 }
