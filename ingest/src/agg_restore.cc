@@ -8,6 +8,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -206,21 +207,39 @@ result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(
         continue;
       }
       int64_t framed_offset = m->offset;
+      std::optional<int64_t> last;  // a session's last record time
       rd_kafka_headers_t* hdrs = nullptr;
       if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
         const void* val = nullptr;
         size_t len = 0;
         if (rd_kafka_header_get_last(hdrs, changelog_offset_header, &val, &len) == RD_KAFKA_RESP_ERR_NO_ERROR && val)
           framed_offset = std::strtoll(std::string(static_cast<const char*>(val), len).c_str(), nullptr, 10);
+        if (rd_kafka_header_get_last(hdrs, changelog_last_header, &val, &len) == RD_KAFKA_RESP_ERR_NO_ERROR && val) {
+          int64_t t = 0;
+          const char* text = static_cast<const char*>(val);
+          auto [end, ec] = std::from_chars(text, text + len, t);
+          if (ec == std::errc{} && end == text + len) last = t;
+        }
       }
+      const bool session = def.windowed() && is_session(*def.window);
       std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
       // A windowed changelog record carries the event time of its update; the largest
       // is the partition's stream time.
       if (def.windowed()) a.stream_time = std::max(a.stream_time, rd_kafka_message_timestamp(m, nullptr));
-      if (m->payload)
+      if (m->payload && session && !last) {
+        // Not written by kstate (a session's record always says where it ends): left
+        // out rather than stored as a session of unknown length.
+        log()->warn("restoring {}-{}@{}: a session without its {} header: skipped", cl, a.plan.partition, m->offset,
+                    changelog_last_header);
+      } else if (m->payload && session) {
+        a.batch.put(views_[a.plan.view].id, a.plan.partition, key,
+                    frame_value(framed_offset, *last, {static_cast<const char*>(m->payload), m->len}));
+      } else if (m->payload) {
         a.batch.put(views_[a.plan.view].id, a.plan.partition, key,
                     frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
-      else a.batch.del(views_[a.plan.view].id, a.plan.partition, key);
+      } else {
+        a.batch.del(views_[a.plan.view].id, a.plan.partition, key);
+      }
       a.end = m->offset + 1;
       ++a.applied;
       rd_kafka_message_destroy(m);

@@ -28,13 +28,14 @@ using session_layers = std::map<int64_t, std::optional<stored_session>>;
 }  // namespace
 
 result<std::vector<stored_session>> agg_pipeline::sessions_near(view_state& v, int32_t partition,
-                                                               const std::string& key, int64_t t, int64_t stream_time) {
+                                                                const std::string& key, int64_t t,
+                                                                int64_t stream_time) {
   const window_spec& spec = *v.def->window;
   const size_t idx = static_cast<size_t>(&v - views_.data());
   // A session reaching t starts at or before t + gap and ends at or after t - gap.
   const int64_t hi = saturating_add(t, spec.gap_ms);
-  const int64_t lo = t < std::numeric_limits<int64_t>::min() + spec.gap_ms ? std::numeric_limits<int64_t>::min()
-                                                                          : t - spec.gap_ms;
+  const int64_t lo =
+      t < std::numeric_limits<int64_t>::min() + spec.gap_ms ? std::numeric_limits<int64_t>::min() : t - spec.gap_ms;
   const std::string prefix = windowed_key_prefix(key);
   // The first stored key after every session starting at or before hi.
   const std::string upper = encode_windowed_key(key, hi) + '\0';

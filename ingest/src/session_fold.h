@@ -25,8 +25,8 @@ struct stored_session {
 };
 
 struct session_change {
-  bool late = false;   // the merged session had closed: nothing changes
-  std::string error;   // the view refused the record (or a stored aggregate): nothing changes
+  bool late = false;             // the merged session had closed: nothing changes
+  std::string error;             // the view refused the record (or a stored aggregate): nothing changes
   std::vector<int64_t> removed;  // starts of the sessions merged away (their keys are deleted)
   stored_session merged;         // the session the record is now part of
 };

@@ -63,8 +63,7 @@ std::vector<std::vector<accepted>> sessions_by_definition(std::vector<accepted> 
     if (i == 0 || records[i].t - records[i - 1].t > gap) out.emplace_back();
     out.back().push_back(records[i]);
   }
-  for (auto& s : out)
-    std::sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+  for (auto& s : out) std::sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
   return out;
 }
 
