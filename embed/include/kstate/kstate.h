@@ -106,9 +106,10 @@ enum class data_format { string, json, bytes };
 /// A window of an aggregate view (YAML `window`). Durations are written as in YAML:
 /// "500ms", "10s", "1m", "2h", "1d".
 struct window_options {
-  std::string type = "tumbling";  ///< tumbling or hopping
-  std::string size;               ///< required
+  std::string type = "tumbling";  ///< tumbling, hopping or session
+  std::string size;               ///< tumbling and hopping windows: required
   std::string advance;            ///< hopping windows: required
+  std::string inactivity_gap;     ///< session windows: required
   std::string grace;              ///< empty: the default
   std::string retention;          ///< empty: the default
   std::string time_field;         ///< dotted path of the event time in the value; empty: the record timestamp
