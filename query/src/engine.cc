@@ -174,12 +174,19 @@ query_result<window_answer> engine::sessions(const window_query& q, storage::vie
     a.windows.push_back(window_entry{wk->start, end, std::string(f->value), f->offset});
     return next::more;
   };
-  // Sessions of a key never overlap, so their starts and ends ascend together: the one
-  // session starting before `from` that may reach into [from, to) is the last of them,
-  // one step of a descending scan; the others start in [from, to).
+  // Live sessions of a key never overlap, so their starts and ends ascend together: the
+  // one live session starting before `from` that may reach into [from, to) is the last
+  // of them, found by a descending scan that steps over expired ones (kept on disk until
+  // compaction, and no longer joined by new records); the others start in [from, to).
   const std::string from_key = encode_windowed_key(q.key, q.from);
   auto before = snap->scan(vid, partition, windowed_key_prefix(q.key), from_key, true, storage::scan_use::page);
-  next n = before->valid() ? take(before->key(), before->value()) : next::more;
+  next n = next::more;
+  for (; before->valid(); before->next()) {
+    auto f = unframe_value(before->value());
+    if (f && f->time && *f->time < live) continue;
+    n = take(before->key(), before->value());
+    break;
+  }
   if (auto e = before->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
   if (n == next::more) {
     auto it = snap->scan(vid, partition, from_key, encode_windowed_key(q.key, q.to), false, storage::scan_use::page);
