@@ -30,7 +30,7 @@ struct session {
 using sessions_by_key = std::map<std::string, std::vector<session>>;
 
 struct session_model {
-  sessions_by_key live;                // sessions of the accepted records, by key, ascending
+  sessions_by_key live;  // sessions of the accepted records, by key, ascending
   std::map<int32_t, int64_t> stream_time;
   int64_t late = 0;
 };
@@ -107,8 +107,8 @@ std::vector<event> make_session_events(uint64_t seed, int64_t& bridge_end) {
     events.push_back(std::move(e));
   }
   const int64_t end = clock;
-  for (int64_t at : {end - 3 * k_minute, end - 2 * k_minute, end + 4 * k_minute, end + 5 * k_minute,
-                     end + k_minute, end - 20 * k_minute})
+  for (int64_t at : {end - 3 * k_minute, end - 2 * k_minute, end + 4 * k_minute, end + 5 * k_minute, end + k_minute,
+                     end - 20 * k_minute})
     events.push_back(event{"bridge", at, 1});
   bridge_end = end;
   return events;
@@ -119,8 +119,8 @@ sessions_by_key read_pages(http_client& http, const std::string& store) {
   sessions_by_key out;
   std::string cursor;
   for (;;) {
-    auto a = http.get("/v1/stores/" + store + "/windows?from=0&limit=7" +
-                      (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
+    auto a =
+        http.get("/v1/stores/" + store + "/windows?from=0&limit=7" + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
     REQUIRE(a);
     REQUIRE(a->status == 200);
     auto body = a->body_json();
@@ -170,8 +170,7 @@ void wait_applied(kstate_process& ks, const std::vector<std::string>& stores, in
 
 // The checks both cases make, against the model: every key's sessions per key and in
 // pages, an interval query, and the bridged sessions merged.
-void check_sessions(http_client& http, const session_model& m, const std::vector<event>& events,
-                    int64_t bridge_end) {
+void check_sessions(http_client& http, const session_model& m, const std::vector<event>& events, int64_t bridge_end) {
   // Count view: {count} only; aggregate view: count and sum.
   sessions_by_key want_count, want_stats;
   for (const auto& [key, list] : m.live)
@@ -262,6 +261,7 @@ TEST_CASE("session counts and sums equal a recount; a late record bridges two se
   run_case("sessions", "", "", false);
 }
 
-TEST_CASE("exactly_once, one changelog record per update: kill -9, state deleted, the restore gives the same sessions") {
+TEST_CASE(
+    "exactly_once, one changelog record per update: kill -9, state deleted, the restore gives the same sessions") {
   run_case("sessions-eos", "processing_guarantee: exactly_once\n", ", cache: false", true);
 }
