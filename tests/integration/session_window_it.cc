@@ -7,12 +7,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "agg_common.h"
 #include "support.h"
 #include "window_common.h"
 
@@ -82,13 +84,13 @@ session_model recount_sessions(const std::vector<event>& events) {
 // reaches back that far). Then, for key "bridge": sessions [E-3m, E-2m] and [E+4m,
 // E+5m], 6 min apart, bridged by a record at E+1m that arrives last, and one record at
 // E-20m, past grace.
-std::vector<event> make_session_events(uint64_t seed, int64_t& bridge_end) {
+std::vector<event> make_session_events(uint64_t seed, int64_t& bridge_end, int steps = 4'000) {
   std::mt19937_64 rng(seed);
   std::vector<event> events;
   int64_t clock = k_base;
   std::set<int> quiet;
   int64_t phase = -1;
-  for (int i = 0; i < 4'000; ++i) {
+  for (int i = 0; i < steps; ++i) {
     clock += static_cast<int64_t>(rng() % 1'600);
     if ((clock - k_base) / (6 * k_minute) != phase) {
       phase = (clock - k_base) / (6 * k_minute);
@@ -264,4 +266,66 @@ TEST_CASE("session counts and sums equal a recount; a late record bridges two se
 TEST_CASE(
     "exactly_once, one changelog record per update: kill -9, state deleted, the restore gives the same sessions") {
   run_case("sessions-eos", "processing_guarantee: exactly_once\n", ", cache: false", true);
+}
+
+TEST_CASE(
+    "exactly_once: kill -9 at random moments during ingest; the sessions equal the recount, and after a restore") {
+  const std::string topic = unique_name("sessions-crash");
+  create_topic(topic, 3);
+  int64_t bridge_end = 0;
+  // About 6,000 events over 80 minutes of event time, produced in chunks while kstate is
+  // killed and restarted.
+  auto events = make_session_events(20261208, bridge_end, 12'000);
+  auto records = to_records(events);
+  const std::string window = "window: {type: session, inactivity_gap: 5m, grace: 1m}";
+  const std::vector<kstate_process::view> views{
+      {"session_count", topic, "json", "", "string", "kind: count, " + window},
+      {"session_stats", topic, "json", "", "string", "kind: aggregate, fields: [count, sum], value: n, " + window}};
+  const auto app = unique_name("sessions-crash");
+  const auto dir = temp_dir("sessions-crash");
+  kstate_process ks(app, views, dir + "/state", "processing_guarantee: exactly_once\n");
+  ks.extra_args({"-X", "group.instance.id=" + app + "-0"});
+
+  const int chunks = 6;
+  std::atomic<int> produced_chunks{0};
+  std::thread producer([&] {
+    const size_t n = records.size() / chunks;
+    for (int c = 0; c < chunks; ++c) {
+      auto first = c * n, last = c == chunks - 1 ? records.size() : (c + 1) * n;
+      auto where = produce_bytes(topic, std::vector<produced>(records.begin() + first, records.begin() + last));
+      for (size_t i = first; i < last; ++i) std::tie(events[i].partition, events[i].offset) = where[i - first];
+      ++produced_chunks;
+    }
+  });
+  int kills = 0;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> delay_ms(100, 1500);
+  while (produced_chunks < chunks || kills < 8) {
+    ks.start();
+    REQUIRE_MESSAGE(wait_assigned(ks, std::chrono::seconds(60)), "no assignment; see " << ks.log_path());
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    ks.kill9();
+    ++kills;
+  }
+  producer.join();
+  const auto m = recount_sessions(events);
+  REQUIRE(m.late > 5);
+
+  const auto total = static_cast<int64_t>(events.size());
+  ks.start();
+  ks.wait_ready();
+  wait_applied(ks, {"session_count", "session_stats"}, total);
+  {
+    http_client http(ks.port());
+    check_sessions(http, m, events, bridge_end);
+  }
+  MESSAGE(kills << " kills");
+  REQUIRE(ks.terminate() == 0);
+  std::filesystem::remove_all(dir + "/state");
+  ks.start();
+  ks.wait_ready();
+  wait_applied(ks, {"session_count", "session_stats"}, total);
+  http_client http(ks.port());
+  check_sessions(http, m, events, bridge_end);
+  CHECK(ks.terminate() == 0);
 }
