@@ -175,6 +175,25 @@ std::vector<event> make_session_events(uint64_t seed, int64_t& bridge_end, int s
   return events;
 }
 
+// The records, with a group field "g" ("g0".."g6") for the re-keyed view.
+std::vector<produced> with_group(const std::vector<event>& events) {
+  std::vector<produced> records;
+  for (const auto& e : events)
+    records.push_back({e.key, json{{"n", e.n}, {"g", "g" + std::to_string(e.n % 7)}}.dump(), e.ts});
+  return records;
+}
+
+// Sessions of the re-keyed view (group_by g, grace 2h): no record is late whatever order
+// the repartition topic gives them, so they are the sessions of each group's records.
+sessions_by_key group_sessions(const std::vector<event>& events) {
+  std::map<std::string, std::vector<const event*>> groups;
+  for (const auto& e : events) groups["g" + std::to_string(e.n % 7)].push_back(&e);
+  sessions_by_key out;
+  for (const auto& [g, records] : groups)
+    for (const auto& s : sessions_of(records)) out[g].push_back(session{s.start, s.last, s.count, 0});
+  return out;
+}
+
 // Every session of `store` read page by page from /windows (limit 7 to cross pages).
 sessions_by_key read_pages(http_client& http, const std::string& store) {
   sessions_by_key out;
@@ -196,6 +215,18 @@ sessions_by_key read_pages(http_client& http, const std::string& store) {
     cursor = body["metadata"]["next"].get<std::string>();
   }
   return out;
+}
+
+// read_pages once it equals `want`, or after 60 s (the repartition topic's records are
+// applied after the source's: positions of the source do not say they are in).
+sessions_by_key wait_pages(http_client& http, const std::string& store, const sessions_by_key& want) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto got = read_pages(http, store);
+  while (got != want && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    got = read_pages(http, store);
+  }
+  return got;
 }
 
 // The sessions of `key` overlapping [from, to), from /windows/{key}.
@@ -276,7 +307,7 @@ void run_case(const std::string& name, const std::string& extra_yaml, const std:
   create_topic(topic, 3);
   int64_t bridge_end = 0;
   auto events = make_session_events(20261207, bridge_end);
-  auto where = produce_bytes(topic, to_records(events));
+  auto where = produce_bytes(topic, with_group(events));
   for (size_t i = 0; i < events.size(); ++i) std::tie(events[i].partition, events[i].offset) = where[i];
   const auto m = recount_sessions(events);
   REQUIRE(m.late > 5);
@@ -294,7 +325,11 @@ void run_case(const std::string& name, const std::string& extra_yaml, const std:
       {"session_stats", topic, "json", "", "string",
        "kind: aggregate, fields: [count, sum], value: n, " + window + view_extra},
       {"session_recent", topic, "json", "", "string",
-       "kind: count, window: {type: session, inactivity_gap: 5m, grace: 1m, retention: 10m}" + view_extra}};
+       "kind: count, window: {type: session, inactivity_gap: 5m, grace: 1m, retention: 10m}" + view_extra},
+      // Re-keyed through the repartition topic.
+      {"session_by_group", topic, "json", "", "string",
+       "kind: count, group_by: {json: g}, window: {type: session, inactivity_gap: 5m, grace: 2h}" + view_extra}};
+  const auto groups = group_sessions(events);
   const std::vector<std::string> stores{"session_count", "session_stats", "session_recent"};
   const std::string app = unique_name(name);
   const std::string dir = temp_dir("kstate-" + name);
@@ -308,6 +343,7 @@ void run_case(const std::string& name, const std::string& extra_yaml, const std:
     http_client http(ks.port());
     check_sessions(http, m, events, bridge_end);
     CHECK(read_pages(http, "session_recent") == recent.answered);
+    CHECK(wait_pages(http, "session_by_group", groups) == groups);
     if (kill) ks.kill9();
     else CHECK(ks.terminate() == 0);
   }
@@ -323,6 +359,7 @@ void run_case(const std::string& name, const std::string& extra_yaml, const std:
   check_sessions(http, m, events, bridge_end);
   // The stream time restored from the changelog keeps the expired sessions hidden.
   CHECK(read_pages(http, "session_recent") == recent.answered);
+  CHECK(wait_pages(http, "session_by_group", groups) == groups);
   MESSAGE(recent.expired << " sessions expired and not answered");
   CHECK(ks.terminate() == 0);
 }
