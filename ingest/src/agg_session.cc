@@ -10,6 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "core/value_codec.h"
 
@@ -22,7 +24,8 @@ int64_t saturating_add(int64_t a, int64_t b) {
   return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
 }
 
-// Sessions by start, as the layers below RocksDB leave them: nullopt for a deleted one.
+// Sessions by start, as the layers read so far leave them (RocksDB, then the newer
+// overlays): nullopt for one an overlay deleted.
 using session_layers = std::map<int64_t, std::optional<stored_session>>;
 
 }  // namespace
