@@ -53,7 +53,14 @@ int64_t floor_div(int64_t a, int64_t b) {
 
 }  // namespace
 
-const char* to_string(window_type t) noexcept { return t == window_type::tumbling ? "tumbling" : "hopping"; }
+const char* to_string(window_type t) noexcept {
+  switch (t) {
+    case window_type::tumbling: return "tumbling";
+    case window_type::hopping: return "hopping";
+    case window_type::session: return "session";
+  }
+  return "tumbling";
+}
 
 bool parse_window_type(std::string_view s, window_type& out) noexcept {
   if (s == "tumbling") {
@@ -64,15 +71,36 @@ bool parse_window_type(std::string_view s, window_type& out) noexcept {
     out = window_type::hopping;
     return true;
   }
+  if (s == "session") {
+    out = window_type::session;
+    return true;
+  }
   return false;
 }
 
 status normalize(window_spec& spec) {
-  if (spec.size_ms <= 0) return status::invalid_argument("size: must be a positive duration");
   for (auto [field, ms] : {std::pair{"size", spec.size_ms}, std::pair{"advance", spec.advance_ms},
-                           std::pair{"grace", spec.grace_ms}, std::pair{"retention", spec.retention_ms}})
+                           std::pair{"inactivity_gap", spec.gap_ms}, std::pair{"grace", spec.grace_ms},
+                           std::pair{"retention", spec.retention_ms}})
     if (ms > k_max_duration_ms)
       return status::invalid_argument(fmt::format("{}: must be at most 100 years ({} ms)", field, k_max_duration_ms));
+  if (spec.type == window_type::session) {
+    if (spec.size_ms != 0) return status::invalid_argument("size: sessions have no size; give inactivity_gap");
+    if (spec.advance_ms != 0) return status::invalid_argument("advance: sessions do not advance; give inactivity_gap");
+    if (spec.gap_ms <= 0) return status::invalid_argument("inactivity_gap: must be a positive duration");
+    if (spec.grace_ms < 0) return status::invalid_argument("grace: must not be negative");
+    const int64_t min_retention = spec.gap_ms + spec.grace_ms;
+    if (spec.retention_ms == 0) spec.retention_ms = std::max(k_day_ms, min_retention);
+    if (spec.retention_ms < min_retention)
+      return status::invalid_argument(
+          fmt::format("retention: must be at least inactivity_gap + grace ({} ms), or sessions would expire before "
+                      "they close",
+                      min_retention));
+    if (spec.max_future_ms < 0) return status::invalid_argument("max_future: must not be negative");
+    return {};
+  }
+  if (spec.gap_ms != 0) return status::invalid_argument("inactivity_gap: only session windows have one");
+  if (spec.size_ms <= 0) return status::invalid_argument("size: must be a positive duration");
   if (spec.type == window_type::tumbling) {
     if (spec.advance_ms != 0 && spec.advance_ms != spec.size_ms)
       return status::invalid_argument("advance: tumbling windows advance by their size; use type hopping");
@@ -90,9 +118,11 @@ status normalize(window_spec& spec) {
   return {};
 }
 
+bool is_session(const window_spec& spec) noexcept { return spec.type == window_type::session; }
+
 std::vector<int64_t> window_starts(const window_spec& spec, int64_t ts) {
   std::vector<int64_t> starts;
-  if (ts < 0 || spec.advance_ms <= 0) return starts;
+  if (ts < 0 || spec.advance_ms <= 0 || is_session(spec)) return starts;
   // The last window containing ts starts at the aligned start at or before ts; earlier
   // ones follow every `advance` while they still reach past ts.
   // Written so that nothing passes the int64 range for any ts >= 0: stepping past
@@ -120,6 +150,33 @@ int64_t first_live_start(const window_spec& spec, int64_t stream_time) noexcept 
   // int64 range, every start is live.
   int64_t last_expired = 0;
   if (__builtin_sub_overflow(stream_time, spec.size_ms + spec.retention_ms, &last_expired))
+    return std::numeric_limits<int64_t>::min();
+  return last_expired + 1;
+}
+
+bool session_reaches(const window_spec& spec, int64_t start, int64_t last, int64_t t) noexcept {
+  // t >= start - gap and t <= last + gap, written as differences that cannot overflow
+  // for the event times records carry (>= 0) and durations of at most 100 years.
+  int64_t lo = 0, hi = 0;
+  const bool lo_ok = !__builtin_sub_overflow(start, spec.gap_ms, &lo);
+  const bool hi_ok = !__builtin_add_overflow(last, spec.gap_ms, &hi);
+  return (!lo_ok || t >= lo) && (!hi_ok || t <= hi);
+}
+
+bool session_closed(const window_spec& spec, int64_t last, int64_t stream_time) noexcept {
+  // last + gap + grace < stream time, i.e. the half-open end (last + 1) + gap + grace
+  // reached, as window_closed says of the other windows.
+  return ends_by(last, spec.gap_ms + spec.grace_ms + 1, stream_time);
+}
+
+bool session_expired(const window_spec& spec, int64_t last, int64_t stream_time) noexcept {
+  return ends_by(last, spec.retention_ms + 1, stream_time);
+}
+
+int64_t first_live_last(const window_spec& spec, int64_t stream_time) noexcept {
+  // session_expired(last) <=> last <= stream_time - retention - 1.
+  int64_t last_expired = 0;
+  if (__builtin_sub_overflow(stream_time, spec.retention_ms + 1, &last_expired))
     return std::numeric_limits<int64_t>::min();
   return last_expired + 1;
 }

@@ -382,7 +382,7 @@ result<std::vector<feed_event>> change_stream::next(std::chrono::milliseconds wa
   for (auto& c : *got) {
     running[c.partition] = c.offset + 1;
     out.push_back({std::move(c.key), std::move(c.value), c.partition, c.offset, c.timestamp, running, c.source_offset,
-                   c.window_start});
+                   c.window_start, c.session_last});
   }
   return out;
 }

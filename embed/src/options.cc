@@ -72,6 +72,7 @@ void emit_view(YAML::Emitter& out, const view_options& v) {
     optional_string(out, "type", w.type);
     optional_string(out, "size", w.size);
     optional_string(out, "advance", w.advance);
+    optional_string(out, "inactivity_gap", w.inactivity_gap);
     optional_string(out, "grace", w.grace);
     optional_string(out, "retention", w.retention);
     optional_string(out, "time_field", w.time_field);

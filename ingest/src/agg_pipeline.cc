@@ -122,8 +122,16 @@ void agg_pipeline::begin_if_needed() {
   in_txn_ = true;
 }
 
+status agg_pipeline::produce_changelog(const view_state& v, int32_t partition, const std::string& key,
+                                       const cached& c) {
+  return produce(v.def->changelog_topic, partition, key,
+                 c.deleted ? std::nullopt : std::optional<std::string_view>(c.state), c.input_offset, c.timestamp,
+                 c.deleted ? std::nullopt : c.last);
+}
+
 status agg_pipeline::produce(const std::string& topic, int32_t partition, std::string_view key,
-                             std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp) {
+                             std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp,
+                             std::optional<int64_t> last) {
   // 0 lets the producer stamp the record with the current time.
   const int64_t ts = timestamp > 0 ? timestamp : 0;
   begin_if_needed();
@@ -133,7 +141,16 @@ status agg_pipeline::produce(const std::string& topic, int32_t partition, std::s
   size_t vlen = value ? value->size() : 0;
   for (;;) {
     rd_kafka_resp_err_t err;
-    if (changelog) {
+    if (changelog && last) {
+      const auto last_text = std::to_string(*last);
+      err = rd_kafka_producev(
+          producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+          RD_KAFKA_V_KEY(key.data(), key.size()), RD_KAFKA_V_VALUE(vptr, vlen), RD_KAFKA_V_TIMESTAMP(ts),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+          RD_KAFKA_V_HEADER(changelog_offset_header, off.data(), static_cast<ssize_t>(off.size())),
+          RD_KAFKA_V_HEADER(changelog_last_header, last_text.data(), static_cast<ssize_t>(last_text.size())),
+          RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(1)), RD_KAFKA_V_END);
+    } else if (changelog) {
       err = rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
                               RD_KAFKA_V_KEY(key.data(), key.size()), RD_KAFKA_V_VALUE(vptr, vlen),
                               RD_KAFKA_V_TIMESTAMP(ts), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -251,6 +268,13 @@ status agg_pipeline::stage2(view_state& v, const record& r) {
   int64_t& stream_time = stream_time_.try_emplace({idx, r.partition}, -1).first->second;
   stream_time = std::max(stream_time, ts);
   bool any = false;
+  if (is_session(*v.def->window)) {
+    bool late = false;
+    auto folded = fold_session(v, r, key, ts, stream_time, late);
+    if (!folded.ok()) return folded.error();
+    if (!folded.value() && !late) return status::ok_status();  // rejected: counted once, by fold_session
+    any = folded.value();
+  }
   for (int64_t start : window_starts(*v.def->window, ts)) {
     // A window that closed (end + grace reached) takes no more records.
     if (window_closed(*v.def->window, start, stream_time)) continue;
@@ -277,7 +301,7 @@ result<bool> agg_pipeline::fold(view_state& v, const record& r, const std::strin
   if (slot != cache_.end()) {
     cur = slot->second.state;
   } else if (auto u = unwritten_.find({idx, r.partition, key}); u != unwritten_.end()) {
-    cur = u->second.state;
+    if (!u->second.deleted) cur = u->second.state;
   } else {
     auto stored = current(v, r.partition, key);
     if (!stored.ok()) return stored.error();
@@ -295,7 +319,7 @@ result<bool> agg_pipeline::fold(view_state& v, const record& r, const std::strin
   slot->second.dirty = true;
   if (!v.def->windowed()) builder_.note_applied(v.def->name, r.topic, r.partition);
   if (!v.def->cache) {
-    auto s = produce(v.def->changelog_topic, r.partition, key, slot->second.state, r.offset, timestamp);
+    auto s = produce_changelog(v, r.partition, key, slot->second);
     if (!s.ok()) log()->error("{}", s.message());
   }
   return true;
@@ -373,7 +397,7 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
   for (auto& [k, c] : cache_) {
     auto& v = views_[std::get<0>(k)];
     if (!v.def->cache || !c.dirty) continue;
-    auto s = produce(v.def->changelog_topic, std::get<1>(k), std::get<2>(k), c.state, c.input_offset, c.timestamp);
+    auto s = produce_changelog(v, std::get<1>(k), std::get<2>(k), c);
     if (!s.ok()) return abort_and_rewind(error, s.message());
   }
   begin_if_needed();
@@ -439,9 +463,12 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
   std::vector<std::tuple<size_t, int32_t, std::string>> keys;
   for (auto& [k, c] : cache_) {
     if (!c.dirty) continue;
-    batch.put(views_[std::get<0>(k)].id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
+    const auto id = views_[std::get<0>(k)].id;
+    if (c.deleted) batch.del(id, std::get<1>(k), std::get<2>(k));
+    else if (c.last) batch.put(id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, *c.last, c.state));
+    else batch.put(id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
     keys.push_back(k);
-    unwritten_[k] = unwritten{sequence, std::move(c.state)};
+    unwritten_[k] = unwritten{sequence, std::move(c.state), c.last, c.deleted};
   }
   if (!keys.empty()) unwritten_batches_.emplace_back(sequence, std::move(keys));
   for (const auto& [tp, next] : consumed_) {

@@ -34,6 +34,7 @@
 #include "ingest/batch_builder.h"
 #include "ingest/engine.h"
 #include "storage/db.h"
+#include "session_fold.h"
 
 namespace prometheus {
 class Registry;
@@ -47,6 +48,12 @@ namespace kstate::ingest {
 // The changelog header carrying the store-topic offset of the record that produced an
 // aggregate, so a restored value reports the same record offset as the original.
 inline constexpr const char* changelog_offset_header = "kstate.offset";
+// Session windows: the changelog header carrying the session's last record time (its
+// key holds only the start), so a restore stores the same session.
+inline constexpr const char* changelog_last_header = "kstate.last";
+// The decimal number a changelog record carries in header `name`; nullopt when it has
+// none or it is not one.
+std::optional<int64_t> changelog_header_number(const rd_kafka_message_t* m, const char* name);
 // The store-topic offset a changelog record carries in changelog_offset_header, or
 // `fallback` when it has none or it is not a non-negative decimal number.
 int64_t changelog_record_offset(const rd_kafka_message_t* m, int64_t fallback);
@@ -140,13 +147,21 @@ class agg_pipeline {
     int64_t input_offset;    // offset of the last record folded in
     int64_t timestamp = -1;  // event time of the last record folded in (changelog timestamp)
     bool dirty = false;      // changed in this batch (cache mode: not yet produced)
+    // Session windows: the session's last record time (stored in a timed frame), or
+    // deleted: merged into another session (a delete and a changelog tombstone).
+    std::optional<int64_t> last;
+    bool deleted = false;
   };
 
   // Topic administration (agg_topics.cc): creates missing repartition and changelog
   // topics, waits until metadata shows them and checks their partition counts.
   status create_topics();
+  // `last`: a session's last record time, sent in the changelog_last_header.
   status produce(const std::string& topic, int32_t partition, std::string_view key,
-                 std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp);
+                 std::optional<std::string_view> value, int64_t input_offset, int64_t timestamp,
+                 std::optional<int64_t> last = std::nullopt);
+  // The changelog record of a cached aggregate (a tombstone when it was deleted).
+  status produce_changelog(const view_state& v, int32_t partition, const std::string& key, const cached& c);
   void begin_if_needed();
   // The stored aggregate of `key` (nullopt: none yet).
   result<std::optional<std::string>> current(view_state& v, int32_t partition, const std::string& key);
@@ -158,6 +173,15 @@ class agg_pipeline {
   // Folds `value` into the aggregate of `key` (the stored key) in the batch's cache and
   // writes the changelog record; false when the view rejected the record.
   result<bool> fold(view_state& v, const record& r, const std::string& key, int64_t timestamp);
+  // Session windows (agg_session.cc): folds the record at event time `ts` into the
+  // sessions of `key`, merging those it bridges; false when it was late or rejected
+  // (`late` says which).
+  result<bool> fold_session(view_state& v, const record& r, const std::string& key, int64_t ts, int64_t stream_time,
+                            bool& late);
+  // The live sessions of `key` that a record at `t` reaches, ascending by start, as this
+  // batch sees them: its cache, then the committed batches not written yet, then RocksDB.
+  result<std::vector<stored_session>> sessions_near(view_state& v, int32_t partition, const std::string& key, int64_t t,
+                                                    int64_t stream_time);
   outcome abort_and_rewind(std::string& error, const std::string& why);
   // Changelog restore (agg_restore.cc, with plan_assign and restore_some).
   struct planned;
@@ -197,6 +221,8 @@ class agg_pipeline {
   struct unwritten {
     uint64_t sequence;
     std::string state;
+    std::optional<int64_t> last;  // sessions: as cached::last
+    bool deleted = false;         // sessions: merged away, deleted by that batch
   };
   std::map<std::tuple<size_t, int32_t, std::string>, unwritten> unwritten_;
   std::deque<std::pair<uint64_t, std::vector<std::tuple<size_t, int32_t, std::string>>>> unwritten_batches_;

@@ -17,17 +17,22 @@
 
 namespace kstate::ingest {
 
-int64_t changelog_record_offset(const rd_kafka_message_t* m, int64_t fallback) {
+std::optional<int64_t> changelog_header_number(const rd_kafka_message_t* m, const char* name) {
   rd_kafka_headers_t* hdrs = nullptr;
-  if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR) return fallback;
+  if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR) return std::nullopt;
   const void* val = nullptr;
   size_t len = 0;
-  if (rd_kafka_header_get_last(hdrs, changelog_offset_header, &val, &len) != RD_KAFKA_RESP_ERR_NO_ERROR || !val)
-    return fallback;
+  if (rd_kafka_header_get_last(hdrs, name, &val, &len) != RD_KAFKA_RESP_ERR_NO_ERROR || !val) return std::nullopt;
   const char* text = static_cast<const char*>(val);
   int64_t out = 0;
   auto [end, ec] = std::from_chars(text, text + len, out);
-  return ec == std::errc() && end == text + len && out >= 0 ? out : fallback;
+  if (ec != std::errc() || end != text + len) return std::nullopt;
+  return out;
+}
+
+int64_t changelog_record_offset(const rd_kafka_message_t* m, int64_t fallback) {
+  auto n = changelog_header_number(m, changelog_offset_header);
+  return n && *n >= 0 ? *n : fallback;
 }
 
 result<std::optional<int64_t>> agg_pipeline::plan_assign(const std::string& topic, int32_t partition) {
@@ -220,14 +225,27 @@ result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(
         continue;
       }
       const int64_t framed_offset = changelog_record_offset(m, m->offset);
+      // A session's last record time.
+      const std::optional<int64_t> last = changelog_header_number(m, changelog_last_header);
+      const bool session = def.windowed() && is_session(*def.window);
       std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
       // A windowed changelog record carries the event time of its update; the largest
       // is the partition's stream time.
       if (def.windowed()) a.stream_time = std::max(a.stream_time, rd_kafka_message_timestamp(m, nullptr));
-      if (m->payload)
+      if (m->payload && session && !last) {
+        // Not written by kstate (a session's record always says where it ends): left
+        // out rather than stored as a session of unknown length.
+        log()->warn("restoring {}-{}@{}: a session without its {} header: skipped", cl, a.plan.partition, m->offset,
+                    changelog_last_header);
+      } else if (m->payload && session) {
+        a.batch.put(views_[a.plan.view].id, a.plan.partition, key,
+                    frame_value(framed_offset, *last, {static_cast<const char*>(m->payload), m->len}));
+      } else if (m->payload) {
         a.batch.put(views_[a.plan.view].id, a.plan.partition, key,
                     frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
-      else a.batch.del(views_[a.plan.view].id, a.plan.partition, key);
+      } else {
+        a.batch.del(views_[a.plan.view].id, a.plan.partition, key);
+      }
       a.end = m->offset + 1;
       ++a.applied;
       rd_kafka_message_destroy(m);

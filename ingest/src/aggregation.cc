@@ -431,4 +431,71 @@ aggregator::outcome aggregator::apply(std::optional<std::string_view> current,
   return out;
 }
 
+aggregator::outcome aggregator::merge(std::string_view older, std::string_view newer) const {
+  outcome out;
+  json a, b;
+  if (parse_json(older, max_json_depth_, a) != json_verdict::ok ||
+      parse_json(newer, max_json_depth_, b) != json_verdict::ok) {
+    out.error = "stored aggregate is not valid JSON";
+    return out;
+  }
+  auto number = [](const json& j) { return j.is_number(); };
+  auto field = [&](const json& doc, const char* name) -> const json* {
+    auto it = doc.is_object() ? doc.find(name) : doc.end();
+    return it != doc.end() && number(*it) ? &*it : nullptr;
+  };
+  json state;
+  switch (view_.kind) {
+    case view_kind::table: out.error = "a table is not an aggregate"; return out;
+    case view_kind::count:
+    case view_kind::sum:
+      if (!number(a) || !number(b)) {
+        out.error = "stored aggregate is not a number";
+        return out;
+      }
+      state = add(a, b);
+      break;
+    case view_kind::reduce:
+      if (!number(a) || !number(b)) {
+        out.error = "stored aggregate is not a number";
+        return out;
+      }
+      switch (view_.reduce) {
+        case reduce_op::latest: state = b; break;
+        case reduce_op::min: state = less(b, a) ? b : a; break;
+        case reduce_op::max: state = less(a, b) ? b : a; break;
+      }
+      break;
+    case view_kind::aggregate: {
+      state = json::object();
+      json total, sum;
+      for (auto f : view_.fields) {
+        const char* name = to_string(f);
+        if (f == agg_field::mean) continue;  // derived below, from the merged count and sum
+        const json* x = field(a, name);
+        const json* y = field(b, name);
+        if (!x || !y) {
+          out.error = std::string("stored aggregate has no numeric ") + name;
+          return out;
+        }
+        switch (f) {
+          case agg_field::count: state[name] = total = add(*x, *y); break;
+          case agg_field::sum: state[name] = sum = add(*x, *y); break;
+          case agg_field::min: state[name] = less(*y, *x) ? *y : *x; break;
+          case agg_field::max: state[name] = less(*x, *y) ? *y : *x; break;
+          case agg_field::mean: break;
+        }
+      }
+      // Rebuilt in the configured order, as apply() writes it.
+      json next = json::object();
+      for (auto f : view_.fields)
+        next[to_string(f)] = f == agg_field::mean ? json(sum.get<double>() / total.get<double>()) : state[to_string(f)];
+      state = std::move(next);
+      break;
+    }
+  }
+  out.state = state.dump();
+  return out;
+}
+
 }  // namespace kstate::ingest

@@ -161,6 +161,8 @@ result<std::vector<feed_change>> change_feed::poll(const feed_selection& sel, st
         c.key = std::string(*key);
       }
       c.source_offset = changelog_record_offset(m.get(), -1);
+      if (v.windowed() && is_session(*v.window))
+        c.session_last = changelog_header_number(m.get(), changelog_last_header);
     } else {
       record r;
       r.topic = v.topic;

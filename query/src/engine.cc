@@ -17,6 +17,13 @@ int64_t window_end(int64_t start, int64_t size) noexcept {
   return __builtin_add_overflow(start, size, &end) ? std::numeric_limits<int64_t>::max() : end;
 }
 
+// A session's half-open end: its last record time + 1 (the frame's time). nullopt for
+// a value without one, which a session store never writes.
+std::optional<int64_t> session_end(std::optional<int64_t> last) noexcept {
+  if (!last) return std::nullopt;
+  return *last == std::numeric_limits<int64_t>::max() ? *last : *last + 1;
+}
+
 }  // namespace
 
 const char* to_string(failure_reason r) noexcept {
@@ -112,6 +119,7 @@ query_result<window_answer> engine::windows(const window_query& q) const {
   auto st = db_.stored_named_position(stream_time_position_name(*view), partition);
   if (!st.ok()) return R::fail(failure_reason::store_exception, st.error().to_string());
   a.stream_time = st.value().value_or(-1);
+  if (is_session(w)) return sessions(q, vid, partition, std::move(a));
   // Windows overlapping [from, to) start in (from - size, to); expired ones are skipped.
   // `from` comes from the client and may be near INT64_MIN: then every start is in.
   int64_t lowest = std::numeric_limits<int64_t>::min();
@@ -137,6 +145,55 @@ query_result<window_answer> engine::windows(const window_query& q) const {
     a.windows.push_back(window_entry{wk->start, window_end(wk->start, w.size_ms), std::string(f->value), f->offset});
   }
   if (auto e = it->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
+  return R::success(std::move(a));
+}
+
+query_result<window_answer> engine::sessions(const window_query& q, storage::view_id vid, int32_t partition,
+                                             window_answer a) const {
+  using R = query_result<window_answer>;
+  const window_spec& w = *find_store(q.store)->window;
+  const int64_t live = a.stream_time >= 0 ? first_live_last(w, a.stream_time) : std::numeric_limits<int64_t>::min();
+  auto snap = db_.read_snapshot();
+  auto pos = snap->position(vid, partition);
+  if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
+  a.pos.set(partition, pos.value().value_or(0));
+  if (q.from >= q.to) return R::success(std::move(a));
+  std::size_t bytes = 0;
+  enum class next { more, full, malformed };
+  auto take = [&](std::string_view key, std::string_view value) {
+    auto wk = decode_windowed_key(key);
+    auto f = unframe_value(value);
+    if (!wk || !f || !f->time) return next::malformed;
+    const int64_t end = *session_end(f->time);
+    if (end <= q.from || *f->time < live) return next::more;
+    bytes += f->value.size();
+    if (bytes > q.max_bytes) {
+      a.truncated = true;
+      return next::full;
+    }
+    a.windows.push_back(window_entry{wk->start, end, std::string(f->value), f->offset});
+    return next::more;
+  };
+  // Live sessions of a key never overlap, so their starts and ends ascend together: the
+  // one live session starting before `from` that may reach into [from, to) is the last
+  // of them, found by a descending scan that steps over expired ones (kept on disk until
+  // compaction, and no longer joined by new records); the others start in [from, to).
+  const std::string from_key = encode_windowed_key(q.key, q.from);
+  auto before = snap->scan(vid, partition, windowed_key_prefix(q.key), from_key, true, storage::scan_use::page);
+  next n = next::more;
+  for (; before->valid(); before->next()) {
+    auto f = unframe_value(before->value());
+    if (f && f->time && *f->time < live) continue;
+    n = take(before->key(), before->value());
+    break;
+  }
+  if (auto e = before->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
+  if (n == next::more) {
+    auto it = snap->scan(vid, partition, from_key, encode_windowed_key(q.key, q.to), false, storage::scan_use::page);
+    for (; n == next::more && it->valid(); it->next()) n = take(it->key(), it->value());
+    if (auto e = it->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
+  }
+  if (n == next::malformed) return R::fail(failure_reason::store_exception, "stored session is malformed");
   return R::success(std::move(a));
 }
 
@@ -273,7 +330,7 @@ class merged_range final : public range_stream {
         error_ = status::corruption("stored value is shorter than its frame");
         return false;
       }
-      out.push_back(range_entry{std::string(it.key()), std::string(f->value), f->offset, parts_[i]});
+      out.push_back(range_entry{std::string(it.key()), std::string(f->value), f->offset, parts_[i], f->time});
       it.next();
       if (it.valid()) heap_.push(i);
       else if (!it.error().ok()) error_ = it.error();
@@ -428,7 +485,7 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
         if (full() && !first(key, pr.partition, kept.front().key, kept.front().partition)) break;
         auto f = unframe_value(cursor->value());
         if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
-        kept.push_back(range_entry{std::string(key), std::string(f->value), f->offset, pr.partition});
+        kept.push_back(range_entry{std::string(key), std::string(f->value), f->offset, pr.partition, f->time});
         std::push_heap(kept.begin(), kept.end(), before);
         if (kept.size() > keep) {
           std::pop_heap(kept.begin(), kept.end(), before);
@@ -478,7 +535,8 @@ query_result<window_range_answer> engine::window_range(const window_range_query&
       if (!st.ok()) return st.error();
       it = stream_time.emplace(p, st.value().value_or(-1)).first;
     }
-    return it->second >= 0 ? first_live_start(w, it->second) : std::numeric_limits<int64_t>::min();
+    if (it->second < 0) return std::numeric_limits<int64_t>::min();
+    return is_session(w) ? first_live_last(w, it->second) : first_live_start(w, it->second);
   };
 
   window_range_answer a;
@@ -492,8 +550,12 @@ query_result<window_range_answer> engine::window_range(const window_range_query&
       if (!wk) return R::fail(failure_reason::store_exception, "stored window key is malformed");
       auto live = live_from(e.partition);
       if (!live.ok()) return R::fail(failure_reason::store_exception, live.error().to_string());
-      const int64_t end = window_end(wk->start, w.size_ms);
-      if (wk->start >= q.to || end <= q.from || wk->start < *live) continue;
+      // A session ends after its last record time, which its frame holds; it expires
+      // by that end (core/window.h).
+      const bool session = is_session(w);
+      if (session && !e.time) return R::fail(failure_reason::store_exception, "stored session is malformed");
+      const int64_t end = session ? *session_end(e.time) : window_end(wk->start, w.size_ms);
+      if (wk->start >= q.to || end <= q.from || (session ? *e.time : wk->start) < *live) continue;
       a.entries.push_back(window_range_entry{std::move(e.key), std::move(wk->key),
                                              window_entry{wk->start, end, std::move(e.value), e.offset}, e.partition});
       if (a.entries.size() > limit) break;  // one more than asked tells whether more exist

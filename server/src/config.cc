@@ -208,13 +208,14 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
     const std::string ww = where + ".window";
     if (!w.IsMap())
       fail(ww,
-           "must be a map: {type: tumbling|hopping, size: 1m, advance: 10s, grace: 30s, retention: 24h, max_future: "
-           "1d}");
-    check_keys(w, ww, {"type", "size", "advance", "grace", "retention", "time_field", "max_future"});
+           "must be a map: {type: tumbling|hopping|session, size: 1m, advance: 10s, inactivity_gap: 5m, grace: 30s, "
+           "retention: 24h, max_future: 1d}");
+    check_keys(w, ww, {"type", "size", "advance", "inactivity_gap", "grace", "retention", "time_field", "max_future"});
     window_spec spec;
     if (w["type"]) {
       auto t = get_string(w["type"], ww + ".type");
-      if (!parse_window_type(t, spec.type)) fail(ww + ".type", "must be tumbling or hopping (got '" + t + "')");
+      if (!parse_window_type(t, spec.type))
+        fail(ww + ".type", "must be tumbling, hopping or session (got '" + t + "')");
     }
     auto duration = [&](const char* key, int64_t& out) {
       if (!w[key]) return;
@@ -222,9 +223,14 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
       if (!d.ok()) fail(ww + "." + key, d.error().message());
       out = d.value();
     };
-    if (!w["size"]) fail(ww + ".size", "is required (e.g. 1m)");
+    if (spec.type == window_type::session) {
+      if (!w["inactivity_gap"]) fail(ww + ".inactivity_gap", "is required for session windows (e.g. 5m)");
+    } else if (!w["size"]) {
+      fail(ww + ".size", "is required (e.g. 1m)");
+    }
     duration("size", spec.size_ms);
     duration("advance", spec.advance_ms);
+    duration("inactivity_gap", spec.gap_ms);
     duration("grace", spec.grace_ms);
     duration("retention", spec.retention_ms);
     duration("max_future", spec.max_future_ms);

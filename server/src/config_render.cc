@@ -142,11 +142,15 @@ std::string render_config(const app_config& c) {
       e << YAML::Key << "cache" << YAML::Value << v.cache;
       if (v.window) {
         e << YAML::Key << "window" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value
-          << to_string(v.window->type) << YAML::Key << "size" << YAML::Value << std::to_string(v.window->size_ms) + "ms"
-          << YAML::Key << "advance" << YAML::Value << std::to_string(v.window->advance_ms) + "ms" << YAML::Key
-          << "grace" << YAML::Value << std::to_string(v.window->grace_ms) + "ms" << YAML::Key << "retention"
-          << YAML::Value << std::to_string(v.window->retention_ms) + "ms" << YAML::Key << "max_future" << YAML::Value
-          << std::to_string(v.window->max_future_ms) + "ms";
+          << to_string(v.window->type);
+        if (is_session(*v.window))
+          e << YAML::Key << "inactivity_gap" << YAML::Value << std::to_string(v.window->gap_ms) + "ms";
+        else
+          e << YAML::Key << "size" << YAML::Value << std::to_string(v.window->size_ms) + "ms" << YAML::Key << "advance"
+            << YAML::Value << std::to_string(v.window->advance_ms) + "ms";
+        e << YAML::Key << "grace" << YAML::Value << std::to_string(v.window->grace_ms) + "ms" << YAML::Key
+          << "retention" << YAML::Value << std::to_string(v.window->retention_ms) + "ms" << YAML::Key << "max_future"
+          << YAML::Value << std::to_string(v.window->max_future_ms) + "ms";
         if (!v.window->time_field.empty()) e << YAML::Key << "time_field" << YAML::Value << v.window->time_field;
         e << YAML::EndMap;
       }

@@ -45,14 +45,18 @@ struct window_expiry {
   // Only touched under db::impl::expire_mu.
   std::map<int32_t, int64_t> compacted;
 
-  // Per partition with a stream time: windows starting before this are expired.
+  // Per partition with a stream time: windows starting before this are expired;
+  // sessions (by_last()), those whose last record time is before it.
   std::map<int32_t, int64_t> cutoffs() const {
     std::map<int32_t, int64_t> out;
     std::lock_guard lock(mu);
     for (const auto& [p, t] : stream_time)
-      if (t >= 0) out.emplace(p, first_live_start(spec, t));
+      if (t >= 0) out.emplace(p, by_last() ? first_live_last(spec, t) : first_live_start(spec, t));
     return out;
   }
+  // Sessions expire by their end, which their value's frame holds (the timed frame's
+  // time: the last record time), not by the start in their key.
+  bool by_last() const noexcept { return is_session(spec); }
 };
 
 // The compaction filter factory of a windowed view's column family: every compaction

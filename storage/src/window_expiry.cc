@@ -5,6 +5,7 @@
 
 #include "db_impl.h"
 #include "core/guard.h"
+#include "core/value_codec.h"
 #include "storage/key_codec.h"
 #include "core/thread_name.h"
 
@@ -15,18 +16,28 @@ namespace {
 // partition (4 bytes BE) ++ encode_windowed_key(key, start), whose last 8 bytes are the
 // start, big-endian with the sign bit flipped (core/window.h). A removed entry becomes a
 // deletion marker, so no older version of the window resurfaces from a lower level.
+//
+// A session's key holds its start, but it expires by its end: its value is a timed frame
+// whose time is the session's last record time (core/value_codec.h), compared with the
+// cutoff instead. A session value without a timed frame is kept.
 class window_expiry_filter final : public rocksdb::CompactionFilter {
  public:
-  window_expiry_filter(std::map<int32_t, int64_t> cutoffs, std::atomic<uint64_t>& expired)
-      : cutoffs_(std::move(cutoffs)), expired_(expired) {}
+  window_expiry_filter(std::map<int32_t, int64_t> cutoffs, bool by_last, std::atomic<uint64_t>& expired)
+      : cutoffs_(std::move(cutoffs)), by_last_(by_last), expired_(expired) {}
 
-  bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice&, std::string*, bool*) const override {
+  bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value, std::string*, bool*) const override {
     constexpr size_t shortest = 4 + 2 + 8;  // partition, empty key's terminator, start
     if (key.size() < shortest) return false;
     const auto* b = reinterpret_cast<const unsigned char*>(key.data());
     auto partition = static_cast<int32_t>(uint32_t{b[0]} << 24 | uint32_t{b[1]} << 16 | uint32_t{b[2]} << 8 | b[3]);
     auto it = cutoffs_.find(partition);
     if (it == cutoffs_.end()) return false;
+    if (by_last_) {
+      auto f = unframe_value(std::string_view(value.data(), value.size()));
+      if (!f || !f->time || *f->time >= it->second) return false;
+      expired_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
     uint64_t u = 0;
     for (size_t j = key.size() - 8; j < key.size(); ++j) u = (u << 8) | b[j];
     auto start = static_cast<int64_t>(u ^ (uint64_t{1} << 63));
@@ -38,6 +49,7 @@ class window_expiry_filter final : public rocksdb::CompactionFilter {
 
  private:
   std::map<int32_t, int64_t> cutoffs_;
+  bool by_last_;
   std::atomic<uint64_t>& expired_;
 };
 
@@ -46,7 +58,7 @@ class window_expiry_filter_factory final : public rocksdb::CompactionFilterFacto
   explicit window_expiry_filter_factory(std::shared_ptr<window_expiry> state) : state_(std::move(state)) {}
   std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
       const rocksdb::CompactionFilter::Context&) override {
-    return std::make_unique<window_expiry_filter>(state_->cutoffs(), state_->expired);
+    return std::make_unique<window_expiry_filter>(state_->cutoffs(), state_->by_last(), state_->expired);
   }
   const char* Name() const override { return "kstate.window_expiry"; }
 

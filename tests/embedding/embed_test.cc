@@ -116,6 +116,10 @@ TEST_CASE("view options are checked by the configuration's rules, naming the key
     CHECK(contains(refusal(o), "views[1].window.advance: is required for hopping windows"));
     o.views[1].window->advance = "10s";
     CHECK(node::create(o).ok());
+    o.views[1].window = window_options{.type = "session"};
+    CHECK(contains(refusal(o), "views[1].window.inactivity_gap: is required for session windows"));
+    o.views[1].window->inactivity_gap = "30m";
+    CHECK(node::create(o).ok());
   }
   SUBCASE("reduce and fields") {
     auto o = valid();

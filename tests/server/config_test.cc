@@ -423,6 +423,48 @@ views:
   CHECK(bad.error().message().find("views[0].window.max_future: 'soon' is not a duration") != std::string::npos);
 }
 
+TEST_CASE("session windows: inactivity_gap required, size refused, rendered and read back") {
+  auto c = parse_config(R"(
+application_id: app
+bootstrap_servers: b
+views:
+  - {name: a, kind: count, topic: t, window: {type: session, inactivity_gap: 5m, grace: 30s}}
+)");
+  REQUIRE_MESSAGE(c.ok(), c.error().message());
+  const auto& w = *c->views[0].window;
+  CHECK(w.type == kstate::window_type::session);
+  CHECK(w.gap_ms == 300'000);
+  CHECK(w.grace_ms == 30'000);
+  CHECK(w.retention_ms == 86'400'000);
+  auto again = parse_config(render_config(*c));
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  CHECK(again->views[0].window->type == kstate::window_type::session);
+  CHECK(again->views[0].window->gap_ms == 300'000);
+  struct row {
+    const char* window;
+    const char* expected;
+  };
+  const row rows[] = {
+      {"{type: session}", "views[0].window.inactivity_gap: is required for session windows"},
+      {"{type: session, inactivity_gap: 0ms}", "views[0].window.inactivity_gap: must be a positive duration"},
+      {"{type: session, inactivity_gap: 5m, size: 1m}", "views[0].window.size: sessions have no size"},
+      {"{type: session, inactivity_gap: 5m, grace: 1m, retention: 5m}",
+       "views[0].window.retention: must be at least inactivity_gap + grace"},
+      {"{size: 1m, inactivity_gap: 5m}", "views[0].window.inactivity_gap: only session windows"},
+      {"{type: sliding, size: 1m}", "views[0].window.type: must be tumbling, hopping or session"},
+  };
+  for (const auto& r : rows) {
+    auto bad = parse_config(std::string("application_id: a\nbootstrap_servers: b\nviews: [{name: v, kind: count, "
+                                        "topic: t, window: ") +
+                                r.window + "}]",
+                            "test.yaml");
+    INFO(r.window);
+    REQUIRE_FALSE(bad.ok());
+    INFO(bad.error().message());
+    CHECK(bad.error().message().find(r.expected) != std::string::npos);
+  }
+}
+
 TEST_CASE("ttl: a duration and a clock per table view, record_time by default, rendered and read back") {
   auto c = parse_config(R"(
 application_id: app

@@ -269,6 +269,50 @@ TEST_CASE("windows expired at their partition's stored stream time leave the dis
   CHECK(count == live.size() - 100 * 15);  // partition 2 lost its first 15 windows of each key
 }
 
+TEST_CASE("sessions expire by their end, the last record time in their frame, not by their start") {
+  temp_dir dir;
+  kstate::window_spec spec;
+  spec.type = kstate::window_type::session;
+  spec.gap_ms = 100;
+  spec.retention_ms = 1000;
+  REQUIRE(kstate::normalize(spec).ok());
+  db_options o;
+  o.path = dir.path.string();
+  o.windowed["visits"] = windowed_store{spec, "visits#stream_time"};
+  o.window_expiry_interval_ms = 0;
+  auto opened = db::open(o, {"visits"});
+  REQUIRE(opened.ok());
+  auto& d = *opened.value();
+  auto visits = *d.find_view("visits");
+  // Sessions of random starts and lengths; stream time 50,000: a session is kept while
+  // last + retention >= stream time, whatever its start.
+  constexpr int64_t stream_time = 50'000;
+  std::mt19937 rng(11);
+  std::set<std::string> live;
+  size_t expired = 0;
+  auto b = d.new_batch();
+  for (int k = 0; k < 200; ++k) {
+    const int64_t start = static_cast<int64_t>(rng() % 48'000);
+    const int64_t last = start + static_cast<int64_t>(rng() % 3'000);
+    auto key = kstate::encode_windowed_key("user-" + std::to_string(k), start);
+    b.put(visits, 0, key, kstate::frame_value(k, last, "1"));
+    if (last + 1000 < stream_time) ++expired;
+    else live.insert(key);
+  }
+  b.set_named_position("visits#stream_time", 0, stream_time);
+  REQUIRE(d.write(b).ok());
+  REQUIRE(expired > 0);
+  REQUIRE(!live.empty());
+  REQUIRE(d.flush().ok());
+  CHECK(d.expire_windows().value() == 1);
+  CHECK(d.stats(visits).value().expired_windows == expired);
+  std::set<std::string> kept;
+  auto snap = d.read_snapshot();
+  for (auto it = snap->scan(visits, 0, {}, {}, false, scan_use::sweep); it->valid(); it->next())
+    kept.emplace(it->key());
+  CHECK(kept == live);
+}
+
 TEST_CASE("a windowed store that names no configured view is refused") {
   temp_dir dir;
   db_options o;

@@ -10,6 +10,12 @@
 // Closing and expiry are judged against stream time: the largest event time a
 // partition has seen. A window accepts records while end + grace > stream time; its
 // value is kept (and answered) while end > stream time - retention.
+//
+// Session windows (Kafka Streams' SessionWindows) are not aligned: a session of a key
+// is a maximal run of its records whose event times are at most `gap` apart. It is
+// kept as its first and last record times, [start, last]; it is answered as the
+// half-open [start, last + 1), like the other windows. A record at t joins every
+// session with start - gap <= t <= last + gap, merging them when it reaches several.
 
 #include <cstdint>
 #include <optional>
@@ -21,22 +27,24 @@
 
 namespace kstate {
 
-enum class window_type { tumbling, hopping };
+enum class window_type { tumbling, hopping, session };
 
 const char* to_string(window_type t) noexcept;
 bool parse_window_type(std::string_view s, window_type& out) noexcept;
 
 struct window_spec {
   window_type type = window_type::tumbling;
-  // Window length, ms. Required, > 0.
+  // Window length, ms. Required, > 0, for tumbling and hopping windows; 0 for sessions.
   int64_t size_ms = 0;
   // Distance between the starts of consecutive windows, ms. Tumbling: equal to size.
   // Hopping: 0 < advance <= size.
   int64_t advance_ms = 0;
+  // Sessions: the inactivity gap, ms. Required, > 0, for sessions; 0 otherwise.
+  int64_t gap_ms = 0;
   // How long after its end a window still accepts out-of-order records, ms. Default 0.
   int64_t grace_ms = 0;
-  // How long after its end a window is kept, ms; at least size + grace. Default 24 h
-  // or size + grace if that is longer.
+  // How long after its end a window is kept, ms; at least size + grace (sessions: gap +
+  // grace). Default 24 h or that minimum if it is longer.
   int64_t retention_ms = 0;
   // Dotted path of a JSON field holding the event time (epoch ms or ISO-8601); empty:
   // the record timestamp.
@@ -47,11 +55,13 @@ struct window_spec {
 };
 
 // Fills defaults (advance of tumbling windows, retention) and checks the constraints
-// above; the error names the field ("size", "advance", "grace", "retention",
-// "max_future").
+// above; the error names the field ("size", "advance", "inactivity_gap", "grace",
+// "retention", "max_future").
 status normalize(window_spec& spec);
 
-// Starts of every window containing `ts`, ascending. Empty for a negative `ts`, which
+bool is_session(const window_spec& spec) noexcept;
+
+// Starts of every window containing `ts`, ascending (tumbling and hopping windows). Empty for a negative `ts`, which
 // no epoch-aligned window with a non-negative start contains.
 std::vector<int64_t> window_starts(const window_spec& spec, int64_t ts);
 
@@ -64,6 +74,19 @@ bool window_expired(const window_spec& spec, int64_t start, int64_t stream_time)
 // Smallest window start that is not expired at `stream_time` (everything below it may
 // be deleted).
 int64_t first_live_start(const window_spec& spec, int64_t stream_time) noexcept;
+
+// Sessions. A session is [start, last]: the times of its first and last records.
+// A record at `t` joins the session: start - gap <= t <= last + gap (both inclusive,
+// as Kafka Streams' SessionWindows).
+bool session_reaches(const window_spec& spec, int64_t start, int64_t last, int64_t t) noexcept;
+// The session ending at `last` takes no more records once stream time is past
+// last + gap + grace (Kafka Streams: late when last + gap + grace < stream time).
+bool session_closed(const window_spec& spec, int64_t last, int64_t stream_time) noexcept;
+// The session ending at `last` is dropped once last + retention < stream time: the
+// half-open end (last + 1) plus retention reached, as for the other windows.
+bool session_expired(const window_spec& spec, int64_t last, int64_t stream_time) noexcept;
+// Smallest `last` of a session that is not expired at `stream_time`.
+int64_t first_live_last(const window_spec& spec, int64_t stream_time) noexcept;
 
 // True when event time `ts` is more than max_future_ms ahead of `now_ms` (the wall
 // clock when the record is applied, ms since the epoch). Such a record would move

@@ -106,9 +106,10 @@ enum class data_format { string, json, bytes };
 /// A window of an aggregate view (YAML `window`). Durations are written as in YAML:
 /// "500ms", "10s", "1m", "2h", "1d".
 struct window_options {
-  std::string type = "tumbling";  ///< tumbling or hopping
-  std::string size;               ///< required
+  std::string type = "tumbling";  ///< tumbling, hopping or session
+  std::string size;               ///< tumbling and hopping windows: required
   std::string advance;            ///< hopping windows: required
+  std::string inactivity_gap;     ///< session windows: required
   std::string grace;              ///< empty: the default
   std::string retention;          ///< empty: the default
   std::string time_field;         ///< dotted path of the event time in the value; empty: the record timestamp
@@ -327,6 +328,9 @@ struct feed_event {
   int64_t source_offset = -1;
   /// Windowed views: the start of the updated window.
   std::optional<int64_t> window_start;
+  /// Session windows: the time of the session's last record (none for a session merged
+  /// away, which is a deletion).
+  std::optional<int64_t> session_last;
 };
 
 /// The changes of a view from a position on, read from its history (a table's topic, an

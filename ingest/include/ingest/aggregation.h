@@ -92,6 +92,13 @@ class aggregator {
   // is_partial() is merged as the records it stands for.
   outcome apply(std::optional<std::string_view> current, std::optional<std::string_view> value) const;
 
+  // The aggregate of the records of two aggregates together: what folding every record
+  // of `older` and then every record of `newer` gives (two sessions merged into one).
+  // Counts and sums add up (exact while integers fit in 64 bits), min and max compare,
+  // mean is derived again from the merged count and sum, reduce latest keeps `newer`'s.
+  // An error says a stored aggregate is not what this view writes.
+  outcome merge(std::string_view older, std::string_view newer) const;
+
   // Adds a source record's value (and timestamp) to `p`. Empty: added; otherwise why the
   // value cannot be aggregated (as check() says).
   std::string combine(partial_aggregate& p, std::optional<std::string_view> value, int64_t timestamp) const;

@@ -56,6 +56,8 @@ struct feed_change {
   int64_t source_offset = -1;
   // Windowed views: the start of the updated window.
   std::optional<int64_t> window_start;
+  // Session windows: the time of the session's last record (a deletion: none).
+  std::optional<int64_t> session_last;
 };
 
 // The topic whose records are a view's changes: a table's topic, an aggregate's

@@ -97,6 +97,7 @@ struct range_entry {
   std::string value;  // the record's value bytes
   int64_t offset;     // offset of the record that wrote it
   int32_t partition;
+  std::optional<int64_t> time;  // the value's time, when its frame has one (core/value_codec.h)
 };
 
 // Reads a range lazily from one snapshot: a k-way merge of per-partition iterators,
@@ -138,7 +139,8 @@ struct batch_answer {
 };
 
 // The windows of one key of a windowed store overlapping [from, to) (event time, ms):
-// every window with start < to and end > from, ordered by start.
+// every window with start < to and end > from, ordered by start. A session's end is
+// its last record time + 1 (core/window.h).
 struct window_query {
   std::string store;
   std::string key;                   // serialized group key bytes
@@ -267,6 +269,9 @@ class engine {
   query_result<store_info> describe(std::string_view store) const;
 
  private:
+  // windows() of a session store: `a` holds the partition and stream time read.
+  query_result<window_answer> sessions(const window_query& q, storage::view_id vid, int32_t partition,
+                                       window_answer a) const;
   std::vector<view_def> views_;
   storage::db& db_;
   const ownership_registry& ownership_;

@@ -185,6 +185,7 @@ json store_json(const state& st, const view_def& v) {
                      {"advance_ms", v.window->advance_ms},
                      {"grace_ms", v.window->grace_ms},
                      {"retention_ms", v.window->retention_ms}};
+    if (is_session(*v.window)) out["window"]["inactivity_gap_ms"] = v.window->gap_ms;
     if (!v.window->time_field.empty()) out["window"]["time_field"] = v.window->time_field;
   }
   return out;

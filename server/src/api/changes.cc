@@ -263,7 +263,12 @@ struct feed_shared {
     for (const auto& [id, h] : latest) {
       if (view.window && h.change.window_start) {
         auto st = stream_time.find(h.change.partition);
-        if (st != stream_time.end() && window_expired(*view.window, *h.change.window_start, st->second)) continue;
+        const bool expired =
+            st != stream_time.end() &&
+            (is_session(*view.window)
+                 ? session_expired(*view.window, h.change.session_last.value_or(*h.change.window_start), st->second)
+                 : window_expired(*view.window, *h.change.window_start, st->second));
+        if (expired) continue;
       }
       queue_snapshot_event(change_data(h.change, snapshot_id));
     }
@@ -293,8 +298,9 @@ struct feed_shared {
     }
     data += "\"deleted\":";
     data += c.value ? "false" : "true";
-    if (c.window_start && view.window) {
-      const int64_t end = *c.window_start + view.window->size_ms;
+    if (c.window_start && view.window && (!is_session(*view.window) || c.session_last)) {
+      // Half-open, as answers give windows: a session ends 1 ms after its last record.
+      const int64_t end = is_session(*view.window) ? *c.session_last + 1 : *c.window_start + view.window->size_ms;
       data += ",\"end\":";
       append_int(data, end);
       data += ",\"end_time\":";

@@ -26,9 +26,14 @@ export function utc(iso: string): string {
   return iso.replace('T', ' ').replace(/\.000Z$/, '').replace(/Z$/, '');
 }
 
-// "1m tumbling windows, grace 30s, kept 24h"
+// "1m tumbling windows, grace 30s, kept 24h"; "sessions with a 30m inactivity gap, grace 5m, kept 24h"
 export function describeWindow(w: WindowDef): string {
-  const kind = w.type === 'tumbling' ? `${fmt.duration(w.size_ms)} tumbling windows` : `${fmt.duration(w.size_ms)} windows every ${fmt.duration(w.advance_ms)}`;
+  const kind =
+    w.type === 'session'
+      ? `sessions with a ${fmt.duration(w.inactivity_gap_ms ?? 0)} inactivity gap`
+      : w.type === 'tumbling'
+        ? `${fmt.duration(w.size_ms)} tumbling windows`
+        : `${fmt.duration(w.size_ms)} windows every ${fmt.duration(w.advance_ms)}`;
   return `${kind}, grace ${fmt.duration(w.grace_ms)}, kept ${fmt.duration(w.retention_ms)}`;
 }
 
