@@ -217,10 +217,16 @@ result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(
       // A windowed changelog record carries the event time of its update; the largest
       // is the partition's stream time.
       if (def.windowed()) a.stream_time = std::max(a.stream_time, rd_kafka_message_timestamp(m, nullptr));
-      if (m->payload)
-        a.batch.put(views_[a.plan.view].id, a.plan.partition, key,
+      const auto& v = views_[a.plan.view];
+      if (v.join)
+        // The sides are changelogged; the joined value is made from them again.
+        join_write(a.batch, v, a.plan.partition, key,
+                   m->payload ? std::string_view(static_cast<const char*>(m->payload), m->len) : std::string_view(),
+                   framed_offset);
+      else if (m->payload)
+        a.batch.put(v.id, a.plan.partition, key,
                     frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
-      else a.batch.del(views_[a.plan.view].id, a.plan.partition, key);
+      else a.batch.del(v.id, a.plan.partition, key);
       a.end = m->offset + 1;
       ++a.applied;
       rd_kafka_message_destroy(m);
