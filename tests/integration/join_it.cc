@@ -161,6 +161,44 @@ TEST_CASE(
     }
     CHECK(paged == expected(m, "j_left"));
   }
+  // Count, batchGet and prefix answers across both instances equal the model too.
+  {
+    http_client h(a.port());
+    for (const auto* view : {"j_inner", "j_left", "j_outer"}) {
+      CAPTURE(view);
+      const auto want = expected(m, view);
+      auto count = h.get(std::string("/v1/stores/") + view + "/count");
+      REQUIRE(count);
+      REQUIRE(count->status == 200);
+      CHECK(count->body_json()["count"] == want.size());
+      json req = {{"keys", json::array()}};
+      for (int i = 0; i < keys; i += 3) req["keys"].push_back("k" + std::to_string(i));
+      auto b = h.post(std::string("/v1/stores/") + view + "/keys:batchGet", "application/json", req.dump());
+      REQUIRE(b);
+      REQUIRE_MESSAGE(b->status == 200, b->body);
+      const auto batch = b->body_json();  // named: the loops below read into it
+      std::set<std::string> missing;
+      for (const auto& k : batch["missing"]) missing.insert(k.get<std::string>());
+      for (const auto& e : batch["data"]) {
+        auto it = want.find(e["key"].get<std::string>());
+        REQUIRE(it != want.end());
+        CHECK(e["value"] == it->second);
+      }
+      for (int i = 0; i < keys; i += 3) {
+        auto k = "k" + std::to_string(i);
+        CHECK(missing.count(k) == (want.count(k) ? 0u : 1u));
+      }
+      auto p = h.get(std::string("/v1/stores/") + view + "/keys?prefix=k1&limit=1000");
+      REQUIRE(p);
+      REQUIRE(p->status == 200);
+      const auto page = p->body_json();
+      std::map<std::string, json> got, want_prefix;
+      for (const auto& e : page["data"]) got[e["key"].get<std::string>()] = e["value"];
+      for (const auto& [k, v] : want)
+        if (k.rfind("k1", 0) == 0) want_prefix[k] = v;
+      CHECK(got == want_prefix);
+    }
+  }
   // The store describes itself.
   {
     http_client h(a.port());
