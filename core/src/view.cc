@@ -11,11 +11,11 @@ using names = std::pair<E, const char*>;
 
 constexpr names<data_format> data_formats[] = {
     {data_format::string, "string"}, {data_format::json, "json"}, {data_format::bytes, "bytes"}};
-constexpr names<view_kind> view_kinds[] = {{view_kind::table, "table"},
-                                           {view_kind::count, "count"},
-                                           {view_kind::sum, "sum"},
-                                           {view_kind::reduce, "reduce"},
-                                           {view_kind::aggregate, "aggregate"}};
+constexpr names<view_kind> view_kinds[] = {
+    {view_kind::table, "table"},   {view_kind::count, "count"},         {view_kind::sum, "sum"},
+    {view_kind::reduce, "reduce"}, {view_kind::aggregate, "aggregate"}, {view_kind::join, "join"}};
+constexpr names<join_type> join_types[] = {
+    {join_type::inner, "inner"}, {join_type::left, "left"}, {join_type::outer, "outer"}};
 constexpr names<group_by_kind> group_by_kinds[] = {
     {group_by_kind::key, "key"}, {group_by_kind::json, "json"}, {group_by_kind::words, "words"}};
 constexpr names<reduce_op> reduce_ops[] = {
@@ -54,11 +54,23 @@ const char* to_string(group_by_kind g) noexcept { return name_in(group_by_kinds,
 const char* to_string(reduce_op r) noexcept { return name_in(reduce_ops, r); }
 const char* to_string(agg_field f) noexcept { return name_in(agg_fields, f); }
 const char* to_string(ttl_clock c) noexcept { return name_in(ttl_clocks, c); }
+const char* to_string(join_type t) noexcept { return name_in(join_types, t); }
 
 bool parse_data_format(std::string_view s, data_format& out) noexcept { return parse_in(data_formats, s, out); }
 bool parse_view_kind(std::string_view s, view_kind& out) noexcept { return parse_in(view_kinds, s, out); }
+bool parse_join_type(std::string_view s, join_type& out) noexcept { return parse_in(join_types, s, out); }
+
 bool parse_reduce_op(std::string_view s, reduce_op& out) noexcept { return parse_in(reduce_ops, s, out); }
 bool parse_agg_field(std::string_view s, agg_field& out) noexcept { return parse_in(agg_fields, s, out); }
 bool parse_ttl_clock(std::string_view s, ttl_clock& out) noexcept { return parse_in(ttl_clocks, s, out); }
+
+std::vector<std::string> column_family_names(const std::vector<view_def>& views) {
+  std::vector<std::string> out;
+  for (const auto& v : views) {
+    out.push_back(v.name);
+    if (v.is_join()) out.push_back(join_sides_name(v));
+  }
+  return out;
+}
 
 }  // namespace kstate

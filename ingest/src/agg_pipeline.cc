@@ -41,13 +41,23 @@ result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& 
   for (const auto* v : views) {
     auto id = db.find_view(v->name);
     if (!id) return status::internal("view '" + v->name + "' has no column family");
-    p->views_.push_back(view_state{v, *id, aggregator(*v, cfg.max_json_depth)});
+    p->views_.push_back(view_state{v, *id, aggregator(*v, cfg.max_json_depth), std::nullopt, std::nullopt});
+    if (v->is_join()) {
+      auto sides = db.find_view(join_sides_name(*v));
+      if (!sides) return status::internal("join view '" + v->name + "' has no column family for its sides");
+      p->views_.back().sides = *sides;
+      p->views_.back().join.emplace(*v, cfg.max_json_depth);
+    }
   }
   for (size_t i = 0; i < p->views_.size(); ++i) {
     const auto& v = *p->views_[i].def;
     if (v.rekeyed()) {
       p->stage1_[v.input_topic()].push_back(i);
       p->topics_.insert(v.input_topic());
+    }
+    if (v.is_join() && v.join->right_topic != v.input_topic()) {
+      p->stage1_[v.join->right_topic].push_back(i);
+      p->topics_.insert(v.join->right_topic);
     }
     p->stage2_[v.topic].push_back(i);
     p->topics_.insert(v.topic);
@@ -124,9 +134,8 @@ void agg_pipeline::begin_if_needed() {
 
 status agg_pipeline::produce_changelog(const view_state& v, int32_t partition, const std::string& key,
                                        const cached& c) {
-  return produce(v.def->changelog_topic, partition, key,
-                 c.deleted ? std::nullopt : std::optional<std::string_view>(c.state), c.input_offset, c.timestamp,
-                 c.deleted ? std::nullopt : c.last);
+  return produce(v.def->changelog_topic, partition, key, c.deleted ? std::nullopt : changelog_value(v, c.state),
+                 c.input_offset, c.timestamp, c.deleted ? std::nullopt : c.last);
 }
 
 status agg_pipeline::produce(const std::string& topic, int32_t partition, std::string_view key,
@@ -331,10 +340,13 @@ status agg_pipeline::add(const record& r) {
   // Below the committed offset: already reflected (e.g. read again for a table view).
   if (c != committed_.end() && r.offset < c->second) return status::ok_status();
   if (auto it = stage1_.find(r.topic); it != stage1_.end())
-    for (size_t idx : it->second) stage1(views_[idx], r);
+    for (size_t idx : it->second) {
+      if (views_[idx].join) join_stage1(views_[idx], r);
+      else stage1(views_[idx], r);
+    }
   if (auto it = stage2_.find(r.topic); it != stage2_.end())
     for (size_t idx : it->second)
-      if (auto s = stage2(views_[idx], r); !s.ok()) return s;
+      if (auto s = views_[idx].join ? join_stage2(views_[idx], r) : stage2(views_[idx], r); !s.ok()) return s;
   consumed_[tp] = r.offset + 1;
   return status::ok_status();
 }
@@ -351,6 +363,7 @@ agg_pipeline::outcome agg_pipeline::abort_and_rewind(std::string& error, const s
   in_txn_ = false;
   cache_.clear();
   partials_.clear();
+  join_partials_.clear();
   stream_time_ = stream_time_committed_;
   delivered_end_.clear();
   delivery_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -393,6 +406,13 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
     if (!s.ok()) return abort_and_rewind(error, s.message());
   }
   partials_.clear();
+  // Join views' stage 1: the last record per key and side, to the same partition.
+  for (const auto& [k, j] : join_partials_) {
+    const auto& [idx, partition, key, side] = k;
+    auto s = produce(views_[idx].def->topic, partition, key, encode_join_input(side, j.value), -1, j.timestamp);
+    if (!s.ok()) return abort_and_rewind(error, s.message());
+  }
+  join_partials_.clear();
   // Record cache: only the last update of each key in this batch goes to the changelog.
   for (auto& [k, c] : cache_) {
     auto& v = views_[std::get<0>(k)];
@@ -463,10 +483,11 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
   std::vector<std::tuple<size_t, int32_t, std::string>> keys;
   for (auto& [k, c] : cache_) {
     if (!c.dirty) continue;
-    const auto id = views_[std::get<0>(k)].id;
-    if (c.deleted) batch.del(id, std::get<1>(k), std::get<2>(k));
-    else if (c.last) batch.put(id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, *c.last, c.state));
-    else batch.put(id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
+    const auto& v = views_[std::get<0>(k)];
+    if (v.join) join_write(batch, v, std::get<1>(k), std::get<2>(k), c.state, c.input_offset);
+    else if (c.deleted) batch.del(v.id, std::get<1>(k), std::get<2>(k));
+    else if (c.last) batch.put(v.id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, *c.last, c.state));
+    else batch.put(v.id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));
     keys.push_back(k);
     unwritten_[k] = unwritten{sequence, std::move(c.state), c.last, c.deleted};
   }

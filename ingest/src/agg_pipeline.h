@@ -33,6 +33,7 @@
 #include "ingest/aggregation.h"
 #include "ingest/batch_builder.h"
 #include "ingest/engine.h"
+#include "ingest/join.h"
 #include "storage/db.h"
 #include "session_fold.h"
 
@@ -141,9 +142,12 @@ class agg_pipeline {
     const view_def* def;
     storage::view_id id;
     aggregator agg;
+    // Join views: the column family of the sides, and the joined value they make.
+    std::optional<storage::view_id> sides;
+    std::optional<joiner> join;
   };
   struct cached {
-    std::string state;       // aggregate JSON
+    std::string state;       // aggregate JSON; a join's encoded sides (empty: none)
     int64_t input_offset;    // offset of the last record folded in
     int64_t timestamp = -1;  // event time of the last record folded in (changelog timestamp)
     bool dirty = false;      // changed in this batch (cache mode: not yet produced)
@@ -183,6 +187,20 @@ class agg_pipeline {
   result<std::vector<stored_session>> sessions_near(view_state& v, int32_t partition, const std::string& key, int64_t t,
                                                     int64_t stream_time);
   outcome abort_and_rewind(std::string& error, const std::string& why);
+  // Join views (agg_join.cc). Stage 1 marks a record of either input with its side and
+  // keeps the batch's last one per key and side, produced at commit() to the same
+  // partition of the view's repartition topic.
+  void join_stage1(view_state& v, const record& r);
+  // Stage 2: sets the record's side of its key's sides in the batch's cache.
+  status join_stage2(view_state& v, const record& r);
+  // The changelog value of a cached state: a join's empty sides are a tombstone.
+  std::optional<std::string_view> changelog_value(const view_state& v, const std::string& state) const;
+  // Adds a key's new sides to `batch`: the sides, and the joined value they make (or
+  // its deletion), framed with `input_offset`.
+  void join_write(storage::write_batch& batch, const view_state& v, int32_t partition, std::string_view key,
+                  std::string_view sides, int64_t input_offset);
+  // Co-partitioned inputs (same partition count), and a repartition topic of that count.
+  status check_join_topics(const std::map<std::string, int32_t>& counts) const;
   // Changelog restore (agg_restore.cc, with plan_assign and restore_some).
   struct planned;
   struct active_restore;
@@ -215,6 +233,13 @@ class agg_pipeline {
   // Stage 1 of views that are not windowed: the batch's source records combined per
   // (view index, group key), produced to the repartition topic at commit().
   std::map<std::pair<size_t, std::string>, partial_aggregate> partials_;
+  // Stage 1 of join views: the batch's last record per (view index, partition, key,
+  // side): its value (nullopt: a tombstone) and timestamp.
+  struct join_pending {
+    std::optional<std::string> value;
+    int64_t timestamp = -1;
+  };
+  std::map<std::tuple<size_t, int32_t, std::string, join_side>, join_pending> join_partials_;
   // Aggregates of committed batches that the engine's writer may not have written yet,
   // with the batch that wrote each last; fold() reads them before RocksDB. By batch, in
   // commit order, the keys each wrote, to forget them once written.

@@ -232,19 +232,25 @@ result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(
       // A windowed changelog record carries the event time of its update; the largest
       // is the partition's stream time.
       if (def.windowed()) a.stream_time = std::max(a.stream_time, rd_kafka_message_timestamp(m, nullptr));
-      if (m->payload && session && !last) {
+      const auto& v = views_[a.plan.view];
+      if (v.join) {
+        // The sides are changelogged; the joined value is made from them again.
+        join_write(a.batch, v, a.plan.partition, key,
+                   m->payload ? std::string_view(static_cast<const char*>(m->payload), m->len) : std::string_view(),
+                   framed_offset);
+      } else if (m->payload && session && !last) {
         // Not written by kstate (a session's record always says where it ends): left
         // out rather than stored as a session of unknown length.
         log()->warn("restoring {}-{}@{}: a session without its {} header: skipped", cl, a.plan.partition, m->offset,
                     changelog_last_header);
       } else if (m->payload && session) {
-        a.batch.put(views_[a.plan.view].id, a.plan.partition, key,
+        a.batch.put(v.id, a.plan.partition, key,
                     frame_value(framed_offset, *last, {static_cast<const char*>(m->payload), m->len}));
       } else if (m->payload) {
-        a.batch.put(views_[a.plan.view].id, a.plan.partition, key,
+        a.batch.put(v.id, a.plan.partition, key,
                     frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
       } else {
-        a.batch.del(views_[a.plan.view].id, a.plan.partition, key);
+        a.batch.del(v.id, a.plan.partition, key);
       }
       a.end = m->offset + 1;
       ++a.applied;

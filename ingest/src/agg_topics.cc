@@ -23,6 +23,11 @@ status agg_pipeline::create_topics() {
     const auto& v = *vs.def;
     int32_t source_count = ownership_.partition_count(v.input_topic());
     if (source_count <= 0) return status::not_found("topic '" + v.input_topic() + "' does not exist");
+    if (v.is_join()) {
+      // Checked before anything is created: a join of inputs that are not co-partitioned
+      // would pair records of different keys' partitions.
+      if (auto s = check_join_topics({}); !s.ok()) return s;
+    }
     int32_t store_count = source_count;
     if (v.rekeyed()) {
       store_count = v.repartition_partitions > 0 ? v.repartition_partitions : source_count;
@@ -85,6 +90,7 @@ status agg_pipeline::create_topics() {
     for (const auto& w : want)
       if (!counts.count(w.name)) all = false;
     if (all) {
+      if (auto s = check_join_topics(counts); !s.ok()) return s;
       for (const auto& vs : views_) {
         const auto& v = *vs.def;
         if (v.rekeyed()) ownership_.set_partition_count(v.topic, counts[v.topic]);

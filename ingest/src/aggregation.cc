@@ -140,6 +140,7 @@ bool less(const json& a, const json& b) {
 bool needs_number(const view_def& v) {
   switch (v.kind) {
     case view_kind::table:
+    case view_kind::join:
     case view_kind::count: return false;
     case view_kind::sum:
     case view_kind::reduce: return true;
@@ -387,6 +388,7 @@ aggregator::outcome aggregator::apply(std::optional<std::string_view> current,
   const json count(p.count);
   switch (view_.kind) {
     case view_kind::table: out.error = "a table is not an aggregate"; return out;
+    case view_kind::join: out.error = "a join is not an aggregate"; return out;
     case view_kind::count: state = fresh ? count : add(state, count); break;
     case view_kind::sum: state = fresh ? to_json(*p.sum) : add(state, to_json(*p.sum)); break;
     case view_kind::reduce:
@@ -447,6 +449,7 @@ aggregator::outcome aggregator::merge(std::string_view older, std::string_view n
   json state;
   switch (view_.kind) {
     case view_kind::table: out.error = "a table is not an aggregate"; return out;
+    case view_kind::join: out.error = "a join is not an aggregate"; return out;
     case view_kind::count:
     case view_kind::sum:
       if (!number(a) || !number(b)) {

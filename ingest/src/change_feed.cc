@@ -3,6 +3,7 @@
 #include "agg_pipeline.h"
 #include "core/window.h"
 #include "ingest/batch_builder.h"
+#include "ingest/join.h"
 #include "kafka_common.h"
 
 namespace kstate::ingest {
@@ -49,6 +50,9 @@ using message_ptr = std::unique_ptr<rd_kafka_message_t, message_deleter>;
 struct change_feed::impl {
   view_def view;
   int max_json_depth = 0;
+  // Join views: their changelog holds each key's two sides; a change is the joined
+  // value they make.
+  std::optional<joiner> join;
   client_ptr consumer;
   std::map<int32_t, int64_t> pos;
   std::set<int32_t> caught_up;
@@ -72,6 +76,7 @@ result<std::unique_ptr<change_feed>> change_feed::open(const ingest_config& cfg,
   auto i = std::make_unique<impl>();
   i->view = view;
   i->max_json_depth = max_json_depth;
+  if (view.join) i->join.emplace(view, max_json_depth);
   i->consumer = std::move(rk.value());
   tpl_ptr parts(rd_kafka_topic_partition_list_new(static_cast<int>(start.size())));
   for (const auto& [p, offset] : start) {
@@ -174,7 +179,17 @@ result<std::vector<feed_change>> change_feed::poll(const feed_selection& sel, st
       c.key = std::string(*r.key);
       c.source_offset = m->offset;
     }
-    if (value) c.value = std::string(*value);
+    if (impl_->join && value) {
+      auto sides = decode_sides(*value);
+      if (!sides) {
+        log()->debug("change feed of '{}': {}-{}@{} is not a join's sides", v.name, feed_topic(v), m->partition,
+                     m->offset);
+        continue;
+      }
+      c.value = impl_->join->joined(*sides);  // none: the join holds no row for the key
+    } else if (value) {
+      c.value = std::string(*value);
+    }
     bytes += c.key.size() + (c.value ? c.value->size() : 0);
     out.push_back(std::move(c));
   }

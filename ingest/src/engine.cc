@@ -828,6 +828,7 @@ status engine::start() {
   std::vector<const view_def*> aggregates;
   for (const auto& v : i.views) {
     i.topics.insert(v.input_topic());
+    if (v.is_join()) i.topics.insert(v.join->right_topic);
     if (v.is_aggregate()) aggregates.push_back(&v);
     if (!v.dead_letter_topic.empty()) dlq_topics.insert(v.dead_letter_topic);
   }

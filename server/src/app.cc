@@ -229,10 +229,10 @@ result<std::unique_ptr<app>> app::create(app_config cfg) {
 
 status app::start() {
   auto& i = *impl_;
-  std::vector<std::string> names;
+  // A join view's sides have a column family of their own.
+  std::vector<std::string> names = column_family_names(i.cfg.views);
   std::map<std::string, partitioner_fn> partitioners;
   for (const auto& v : i.cfg.views) {
-    names.push_back(v.name);
     auto p = ingest::make_partitioner(v.partitioner);
     if (!p)
       return status::invalid_argument("views." + v.name + ".partitioner: unknown partitioner '" + v.partitioner + "'");

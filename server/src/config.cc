@@ -1,5 +1,7 @@
 #include "server/config.h"
 
+#include "config_parse.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -12,44 +14,11 @@
 namespace kstate::server {
 namespace {
 
-// Thrown inside the parser, turned into a status at the edge.
-struct config_error {
-  std::string key;
-  std::string message;
-};
-
-[[noreturn]] void fail(const std::string& key, const std::string& message) { throw config_error{key, message}; }
-
-void check_keys(const YAML::Node& node, const std::string& where, const std::set<std::string>& allowed) {
-  if (!node.IsMap()) fail(where, "must be a mapping");
-  for (const auto& kv : node) {
-    auto k = kv.first.as<std::string>();
-    if (!allowed.count(k)) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      fail(where.empty() ? k : where + "." + k, "unknown key (allowed: " + list + ")");
-    }
-  }
-}
-
-std::string get_string(const YAML::Node& n, const std::string& key) {
-  if (!n.IsScalar()) fail(key, "must be a string");
-  return n.as<std::string>();
-}
-
-template <typename T>
-T get_number(const YAML::Node& n, const std::string& key, T min, T max) {
-  if (!n.IsScalar()) fail(key, "must be a number");
-  T v{};
-  try {
-    v = n.as<T>();
-  } catch (const YAML::Exception&) {
-    fail(key, "must be a number (got '" + n.Scalar() + "')");
-  }
-  if (v < min || v > max)
-    fail(key, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " + n.Scalar() + ")");
-  return v;
-}
+using config_detail::check_keys;
+using config_detail::config_error;
+using config_detail::fail;
+using config_detail::get_number;
+using config_detail::get_string;
 
 void parse_listen(const std::string& s, http::server_config& http) {
   auto colon = s.rfind(':');
@@ -265,7 +234,7 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
   check_keys(n, where,
              {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic", "group_by",
               "value", "reduce", "fields", "repartition_partitions", "replication_factor", "changelog_configs", "cache",
-              "window", "ttl"});
+              "window", "ttl", "join"});
   view_def v;
   if (!n["name"]) fail(where + ".name", "is required");
   v.name = get_string(n["name"], where + ".name");
@@ -273,12 +242,15 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
     fail(where + ".name", "must match [A-Za-z0-9][A-Za-z0-9._-]* (got '" + v.name + "')");
   std::string kind = n["kind"] ? get_string(n["kind"], where + ".kind") : "table";
   if (!parse_view_kind(kind, v.kind))
-    fail(where + ".kind", "must be one of: table, count, sum, reduce, aggregate (got '" + kind + "')");
+    fail(where + ".kind", "must be one of: table, count, sum, reduce, aggregate, join (got '" + kind + "')");
+  if (n["join"] && !v.is_join()) fail(where + ".join", "applies to join views only (kind join)");
   if (!n["topic"]) fail(where + ".topic", "is required");
   v.topic = get_string(n["topic"], where + ".topic");
   if (v.topic.empty()) fail(where + ".topic", "must not be empty");
   v.source = v.topic;
-  if (v.is_aggregate()) {
+  if (v.is_join()) {
+    config_detail::parse_join(n, where, v);
+  } else if (v.is_aggregate()) {
     parse_aggregate(n, where, v);
   } else {
     for (const char* k : {"group_by", "value", "reduce", "fields", "repartition_partitions", "replication_factor",
@@ -296,7 +268,7 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
     fail(where + ".value_format", "an aggregate's values are JSON (got '" + std::string(to_string(v.value_format)) +
                                       "'); what it reads is set by group_by and value");
   if (n["partitioner"]) {
-    if (v.rekeyed()) fail(where + ".partitioner", "re-keyed views are partitioned by kstate (murmur2)");
+    if (v.rekeyed() && !v.is_join()) fail(where + ".partitioner", "re-keyed views are partitioned by kstate (murmur2)");
     v.partitioner = get_string(n["partitioner"], where + ".partitioner");
     if (v.partitioner != "murmur2" && v.partitioner != "consistent" && v.partitioner != "fnv1a")
       fail(where + ".partitioner", "must be one of: murmur2, consistent, fnv1a (got '" + v.partitioner + "')");
@@ -558,11 +530,15 @@ app_config parse(const YAML::Node& root) {
       if (v.rekeyed()) {
         v.repartition_topic = c.application_id + "-" + v.name + "-repartition";
         v.topic = v.repartition_topic;  // the store's partitions are the repartition topic's
-        v.partitioner = "murmur2";
+        // A join's repartition topic keeps its inputs' partitions, so keys route by
+        // their producers' partitioner; other re-keyed views are partitioned by kstate.
+        if (!v.is_join()) v.partitioner = "murmur2";
       }
     }
     c.views.push_back(std::move(v));
   }
+
+  config_detail::check_join_inputs(c.views);
 
   auto iso = c.ingest.kafka.find("isolation.level");
   bool any_aggregate = std::any_of(c.views.begin(), c.views.end(), [](const view_def& v) { return v.is_aggregate(); });

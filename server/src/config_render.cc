@@ -113,13 +113,36 @@ std::string render_config(const app_config& c) {
       << to_string(v.kind) << YAML::Key << "topic" << YAML::Value << v.input_topic() << YAML::Key << "key_format"
       << YAML::Value << to_string(v.key_format) << YAML::Key << "value_format" << YAML::Value
       << to_string(v.value_format);
-    if (!v.rekeyed()) e << YAML::Key << "partitioner" << YAML::Value << v.partitioner;
+    if (!v.rekeyed() || v.is_join()) e << YAML::Key << "partitioner" << YAML::Value << v.partitioner;
     if (!v.dead_letter_topic.empty()) e << YAML::Key << "dead_letter_topic" << YAML::Value << v.dead_letter_topic;
     if (v.ttl)
       e << YAML::Key << "ttl" << YAML::Value << YAML::BeginMap << YAML::Key << "after" << YAML::Value
         << std::to_string(v.ttl->after_ms) + "ms" << YAML::Key << "clock" << YAML::Value << to_string(v.ttl->clock)
         << YAML::EndMap;
-    if (v.is_aggregate()) {
+    if (v.is_join()) {
+      const auto& j = *v.join;
+      e << YAML::Key << "join" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value
+        << to_string(j.type) << YAML::Key << "right" << YAML::Value << j.right_topic << YAML::Key << "right_partitioner"
+        << YAML::Value << j.right_partitioner;
+      if (j.select.empty()) {
+        e << YAML::Key << "left_name" << YAML::Value << j.left_name << YAML::Key << "right_name" << YAML::Value
+          << j.right_name;
+      } else {
+        e << YAML::Key << "select" << YAML::Value << YAML::BeginSeq;
+        for (const auto& f : j.select)
+          e << YAML::Flow << YAML::BeginMap << YAML::Key << "side" << YAML::Value << (f.right ? "right" : "left")
+            << YAML::Key << "field" << YAML::Value << f.path << YAML::Key << "as" << YAML::Value << f.as
+            << YAML::EndMap;
+        e << YAML::EndSeq;
+      }
+      e << YAML::EndMap << YAML::Key << "replication_factor" << YAML::Value << v.replication_factor;
+      if (!v.changelog_configs.empty()) {
+        e << YAML::Key << "changelog_configs" << YAML::Value << YAML::BeginMap;
+        for (const auto& [k, val] : v.changelog_configs) e << YAML::Key << k << YAML::Value << val;
+        e << YAML::EndMap;
+      }
+      e << YAML::Key << "cache" << YAML::Value << v.cache;
+    } else if (v.is_aggregate()) {
       e << YAML::Key << "group_by" << YAML::Value;
       if (v.group_by == group_by_kind::json)
         e << YAML::BeginMap << YAML::Key << "json" << YAML::Value << v.group_path << YAML::EndMap;

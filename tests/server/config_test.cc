@@ -84,7 +84,7 @@ TEST_CASE("invalid configs: one clear error naming the key") {
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, value_format: xml}]",
        "views[0].value_format: must be one of: string, json, bytes (got 'xml')"},
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, kind: median}]",
-       "views[0].kind: must be one of: table, count, sum, reduce, aggregate (got 'median')"},
+       "views[0].kind: must be one of: table, count, sum, reduce, aggregate, join (got 'median')"},
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t, partitioner: random}]",
        "views[0].partitioner: must be one of: murmur2, consistent, fnv1a"},
       {"application_id: a\nbootstrap_servers: b\nviews: [{name: v, topic: t}, {name: v, topic: u}]",
@@ -507,4 +507,98 @@ views:
     REQUIRE_FALSE(bad.ok());
     CHECK_MESSAGE(bad.error().message().find(r.expected) != std::string::npos, bad.error().message());
   }
+}
+
+TEST_CASE("join views: type, inputs, names or select, derived topics; rendered and read back") {
+  auto c = parse_config(R"(
+application_id: app
+bootstrap_servers: b:1
+views:
+  - {name: orders, topic: orders, partitioner: consistent}
+  - {name: oc, kind: join, topic: orders, partitioner: consistent,
+     join: {type: left, right: customers, left_name: order, right_name: customer}}
+  - name: cities
+    kind: join
+    topic: orders
+    partitioner: consistent
+    join:
+      right: customers
+      select: [{side: left, field: amount}, {side: right, field: address.city, as: city}]
+)");
+  REQUIRE_MESSAGE(c.ok(), c.error().message());
+  const auto& oc = c->views[1];
+  CHECK(oc.kind == view_kind::join);
+  REQUIRE(oc.join);
+  CHECK(oc.join->type == join_type::left);
+  CHECK(oc.join->right_topic == "customers");
+  CHECK(oc.join->right_partitioner == "consistent");
+  CHECK(oc.join->left_name == "order");
+  CHECK(oc.join->right_name == "customer");
+  CHECK(oc.input_topic() == "orders");
+  CHECK(oc.topic == "app-oc-repartition");
+  CHECK(oc.repartition_topic == "app-oc-repartition");
+  CHECK(oc.changelog_topic == "app-oc-changelog");
+  CHECK(oc.partitioner == "consistent");  // routed like its inputs
+  const auto& cities = c->views[2];
+  CHECK(cities.join->type == join_type::inner);
+  REQUIRE(cities.join->select.size() == 2);
+  CHECK(!cities.join->select[0].right);
+  CHECK(cities.join->select[0].as == "amount");
+  CHECK(cities.join->select[1].right);
+  CHECK(cities.join->select[1].path == "address.city");
+  CHECK(cities.join->select[1].as == "city");
+  CHECK(column_family_names(c->views) ==
+        std::vector<std::string>{"orders", "oc", "oc#sides", "cities", "cities#sides"});
+
+  auto again = parse_config(render_config(*c));
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  REQUIRE(again->views.size() == 3);
+  CHECK(again->views[1].join->type == join_type::left);
+  CHECK(again->views[1].join->left_name == "order");
+  CHECK(again->views[1].partitioner == "consistent");
+  CHECK(again->views[2].join->select.size() == 2);
+  CHECK(again->views[2].join->select[1].as == "city");
+}
+
+TEST_CASE("invalid join configs: one clear error naming the key") {
+  struct row {
+    const char* view;
+    const char* expected;
+  };
+  const row rows[] = {
+      {"{name: j, kind: join, topic: a}", "views[0].join: is required"},
+      {"{name: j, kind: join, topic: a, join: {type: inner}}", "views[0].join.right: is required"},
+      {"{name: j, kind: join, topic: a, join: {right: b, type: cross}}", "views[0].join.type: must be one of"},
+      {"{name: j, kind: join, topic: a, join: {right: b, left_name: x, right_name: x}}",
+       "views[0].join.right_name: must differ"},
+      {"{name: j, kind: join, topic: a, join: {right: b, select: [{side: middle, field: x}]}}",
+       "views[0].join.select[0].side: must be left or right"},
+      {"{name: j, kind: join, topic: a, join: {right: b, select: [{side: left, field: a..b}]}}",
+       "views[0].join.select[0].field: must be a dotted path"},
+      {"{name: j, kind: join, topic: a, join: {right: b, select: [{side: left, field: x}, {side: right, field: y.x}]}}",
+       "views[0].join.select[1].as: duplicate name 'x'"},
+      {"{name: j, kind: join, topic: a, join: {right: b, left_name: l, select: [{side: left, field: x}]}}",
+       "views[0].join.select: replaces left_name"},
+      {"{name: j, kind: join, topic: a, group_by: words, join: {right: b}}", "views[0].group_by: does not apply"},
+      {"{name: j, kind: join, topic: a, value_format: string, join: {right: b}}",
+       "views[0].value_format: a join's inputs"},
+      {"{name: j, topic: a, join: {right: b}}", "views[0].join: applies to join views only"},
+      {"{name: j, kind: join, topic: a, join: {right: b, right_partitioner: fnv1a}}",
+       "views[0].join.right_partitioner: the inputs are not co-partitioned: topic 'a' is partitioned by murmur2, "
+       "topic 'b' by fnv1a"},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.view);
+    auto c = parse_config(std::string("application_id: a\nbootstrap_servers: b\nviews: [") + r.view + "]");
+    REQUIRE(!c.ok());
+    CHECK_MESSAGE(c.error().message().find(r.expected) != std::string::npos, c.error().message());
+  }
+  // A table reading an input with another partitioner than the join says.
+  auto c = parse_config(
+      "application_id: a\nbootstrap_servers: b\nviews:\n  - {name: t, topic: b, partitioner: fnv1a}\n"
+      "  - {name: j, kind: join, topic: a, join: {right: b}}\n");
+  REQUIRE(!c.ok());
+  CHECK_MESSAGE(c.error().message().find("views[1].partitioner: view 't' reads topic 'b' as partitioned by fnv1a") !=
+                    std::string::npos,
+                c.error().message());
 }

@@ -15,7 +15,11 @@ namespace kstate {
 enum class data_format { string, json, bytes };
 // table: latest value per key. count, sum, reduce, aggregate: per-key aggregates of a
 // stream, optionally re-keyed (group_by), changelogged (see docs/exactly-once.md).
-enum class view_kind { table, count, sum, reduce, aggregate };
+// join: two tables joined on the key, through the aggregates' pipeline.
+enum class view_kind { table, count, sum, reduce, aggregate, join };
+// Which keys a join view holds: those with both sides (inner), with a left side
+// (left), with either side (outer).
+enum class join_type { inner, left, outer };
 // Where an aggregate's key comes from: the record key (no repartition), a field of
 // the JSON value, or each word of the value (one record per word).
 enum class group_by_kind { key, json, words };
@@ -34,17 +38,45 @@ const char* to_string(group_by_kind g) noexcept;
 const char* to_string(reduce_op r) noexcept;
 const char* to_string(agg_field f) noexcept;
 const char* to_string(ttl_clock c) noexcept;
+const char* to_string(join_type t) noexcept;
 bool parse_data_format(std::string_view s, data_format& out) noexcept;
 bool parse_view_kind(std::string_view s, view_kind& out) noexcept;
 bool parse_reduce_op(std::string_view s, reduce_op& out) noexcept;
 bool parse_agg_field(std::string_view s, agg_field& out) noexcept;
 bool parse_ttl_clock(std::string_view s, ttl_clock& out) noexcept;
+bool parse_join_type(std::string_view s, join_type& out) noexcept;
 
 // A table view's time to live: a key whose last update is `after_ms` or more old (by
 // `clock`, against the wall clock) is never served, and compaction deletes it.
 struct ttl_spec {
   int64_t after_ms = 0;  // > 0
   ttl_clock clock = ttl_clock::record_time;
+};
+
+// One field of a join view's projected value: the field at `path` (dotted) of one
+// side's JSON value, named `as` in the joined object.
+struct join_field {
+  bool right = false;  // false: the left value's field
+  std::string path;
+  std::string as;
+};
+
+// A join view (kind join): its left input is the view's `source`, its right input
+// `right_topic`; both are tables (a null value deletes the key's side).
+struct join_spec {
+  join_type type = join_type::inner;
+  std::string right_topic;
+  // The partitioner the right topic's producers use; must equal the view's
+  // `partitioner` (the left topic's): co-partitioned inputs hold a key in partitions of
+  // the same number.
+  std::string right_partitioner = "murmur2";
+  // Without `select`, the joined value is {"<left_name>": left, "<right_name>": right},
+  // a missing side null.
+  std::string left_name = "left";
+  std::string right_name = "right";
+  // Non-empty: the joined value is an object of these fields, in this order (a missing
+  // side or field: null).
+  std::vector<join_field> select;
 };
 
 struct view_def {
@@ -98,15 +130,29 @@ struct view_def {
   // The stored key is encode_windowed_key(group key, window start) (core/window.h).
   std::optional<window_spec> window;
 
+  // --- join views only (kind join). `topic` is the view's repartition topic, holding
+  // both inputs' records, marked with their side, in the partition of the same number.
+  std::optional<join_spec> join;
+
   // The topic records are read from (`source`, or `topic` when it is not set).
   const std::string& input_topic() const noexcept { return source.empty() ? topic : source; }
   bool is_aggregate() const noexcept { return kind != view_kind::table; }
   bool windowed() const noexcept { return window.has_value(); }
-  bool rekeyed() const noexcept { return is_aggregate() && group_by != group_by_kind::key; }
+  // Views that read their store topic from a repartition topic kstate writes.
+  bool rekeyed() const noexcept { return is_join() || (is_aggregate() && group_by != group_by_kind::key); }
+  bool is_join() const noexcept { return kind == view_kind::join; }
 };
 
 // Name of the stored position holding a windowed view's stream time per partition
 // (written by ingest with the state, read by queries to hide expired windows).
 inline std::string stream_time_position_name(const view_def& v) { return v.name + "#stream_time"; }
+
+// Name of the column family holding a join view's sides (each key's latest left and
+// right value), beside the joined values served under the view's own name. View names
+// never contain '#', so it never collides with a view.
+inline std::string join_sides_name(const view_def& v) { return v.name + "#sides"; }
+
+// Every column family the views need: one per view, and a join view's sides.
+std::vector<std::string> column_family_names(const std::vector<view_def>& views);
 
 }  // namespace kstate

@@ -179,6 +179,10 @@ json store_json(const state& st, const view_def& v) {
     out["changelog_topic"] = v.changelog_topic;
     if (v.rekeyed()) out["repartition_topic"] = v.repartition_topic;
   }
+  if (v.join) {
+    out.erase("group_by");
+    out["join"] = {{"type", to_string(v.join->type)}, {"right", v.join->right_topic}};
+  }
   if (v.window) {
     out["window"] = {{"type", to_string(v.window->type)},
                      {"size_ms", v.window->size_ms},

@@ -1,0 +1,124 @@
+// The aggregate pipeline's join views (docs/configuration.md#join-views): stage 1 copies
+// each record of either input, marked with its side, into the view's repartition topic
+// in the partition of the same number, so that one partition of it holds both sides of
+// every key whatever instance owns which input partition; stage 2 keeps each key's
+// latest value of both sides and writes the joined value.
+#include "agg_pipeline.h"
+
+#include "kafka_common.h"
+
+#include "core/value_codec.h"
+
+namespace kstate::ingest {
+
+void agg_pipeline::join_stage1(view_state& v, const record& r) {
+  const auto& def = *v.def;
+  if (auto why = validate(def, r, cfg_.max_json_depth); !why.empty()) {
+    builder_.reject(def, r, std::move(why));
+    return;
+  }
+  const size_t idx = static_cast<size_t>(&v - views_.data());
+  // A self-join (both inputs one topic) sets both sides.
+  for (auto side : {join_side::left, join_side::right}) {
+    const auto& topic = side == join_side::left ? def.input_topic() : def.join->right_topic;
+    if (r.topic != topic) continue;
+    // Only a key's latest value of a side matters: the batch's last one is enough.
+    auto& pending = join_partials_[std::make_tuple(idx, r.partition, std::string(*r.key), side)];
+    pending.value = r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt;
+    pending.timestamp = r.timestamp;
+  }
+}
+
+status agg_pipeline::join_stage2(view_state& v, const record& r) {
+  const auto& def = *v.def;
+  // The repartition topic is written by stage 1 but readable by anyone: checked again.
+  auto in = decode_join_input(r.value);
+  if (!in) {
+    builder_.reject(def, r, "not a join input record (no side marker)");
+    return status::ok_status();
+  }
+  record unmarked = r;
+  unmarked.value = in->value;
+  if (auto why = validate(def, unmarked, cfg_.max_json_depth); !why.empty()) {
+    builder_.reject(def, r, std::move(why));
+    return status::ok_status();
+  }
+  const size_t idx = static_cast<size_t>(&v - views_.data());
+  std::string key(*r.key);
+  auto slot = cache_.find({idx, r.partition, key});
+  std::string current;
+  if (slot != cache_.end()) {
+    current = slot->second.state;
+  } else if (auto u = unwritten_.find({idx, r.partition, key}); u != unwritten_.end()) {
+    current = u->second.state;
+  } else {
+    auto got = db_.get(*v.sides, r.partition, key);
+    if (!got.ok()) return got.error().prefixed("reading the sides of store " + def.name);
+    if (got.value().value) current = std::move(*got.value().value);
+  }
+  join_sides sides;
+  if (!current.empty()) {
+    auto decoded = decode_sides(current);
+    if (!decoded) return status::corruption("store " + def.name + ": undecodable sides of a key");
+    sides = std::move(*decoded);
+  }
+  sides.of(in->side) = in->value ? std::optional<std::string>(std::string(*in->value)) : std::nullopt;
+  if (slot == cache_.end()) slot = cache_.emplace(std::make_tuple(idx, r.partition, std::move(key)), cached{}).first;
+  slot->second.state = encode_sides(sides);
+  slot->second.input_offset = r.offset;
+  slot->second.timestamp = r.timestamp;
+  slot->second.dirty = true;
+  builder_.note_applied(def.name, r.topic, r.partition);
+  if (!def.cache) {
+    auto s = produce(def.changelog_topic, r.partition, std::get<2>(slot->first), changelog_value(v, slot->second.state),
+                     r.offset, r.timestamp);
+    if (!s.ok()) log()->error("{}", s.message());
+  }
+  return status::ok_status();
+}
+
+std::optional<std::string_view> agg_pipeline::changelog_value(const view_state& v, const std::string& state) const {
+  if (v.join && state.empty()) return std::nullopt;
+  return std::string_view(state);
+}
+
+void agg_pipeline::join_write(storage::write_batch& batch, const view_state& v, int32_t partition, std::string_view key,
+                              std::string_view sides, int64_t input_offset) {
+  std::optional<join_sides> decoded;
+  if (!sides.empty()) decoded = decode_sides(sides);
+  if (!decoded) {
+    // No sides (a tombstone), or a changelog record that is not sides (written by
+    // something else): the key has no row.
+    if (!sides.empty())
+      log()->warn("store {}: changelog record of partition {} is not a join's sides; key deleted", v.def->name,
+                  partition);
+    batch.del(*v.sides, partition, key);
+    batch.del(v.id, partition, key);
+    return;
+  }
+  batch.put(*v.sides, partition, key, sides);
+  if (auto joined = v.join->joined(*decoded)) batch.put(v.id, partition, key, frame_value(input_offset, *joined));
+  else batch.del(v.id, partition, key);
+}
+
+status agg_pipeline::check_join_topics(const std::map<std::string, int32_t>& counts) const {
+  for (const auto& vs : views_) {
+    const auto& v = *vs.def;
+    if (!v.is_join()) continue;
+    const int32_t left = ownership_.partition_count(v.input_topic());
+    const int32_t right = ownership_.partition_count(v.join->right_topic);
+    if (right <= 0) return status::not_found("topic '" + v.join->right_topic + "' does not exist");
+    if (left != right)
+      return status::invalid_argument("join view '" + v.name + "': its inputs are not co-partitioned: topic '" +
+                                      v.input_topic() + "' has " + std::to_string(left) + " partitions, topic '" +
+                                      v.join->right_topic + "' has " + std::to_string(right) +
+                                      " (a join needs the same partition count and partitioner on both inputs)");
+    if (auto it = counts.find(v.topic); it != counts.end() && it->second != left)
+      return status::invalid_argument("join view '" + v.name + "': repartition topic '" + v.topic + "' has " +
+                                      std::to_string(it->second) + " partitions, its inputs " + std::to_string(left) +
+                                      " (delete it, or keep the inputs' partition count)");
+  }
+  return status::ok_status();
+}
+
+}  // namespace kstate::ingest
