@@ -144,8 +144,7 @@ std::optional<fk_message> decode_fk_message(std::string_view bytes) {
       else if (present != '\x00' || !bytes.empty()) return std::nullopt;
       return m;
     }
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 

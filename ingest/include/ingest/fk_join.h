@@ -67,10 +67,10 @@ std::optional<fk_message> decode_fk_message(std::string_view bytes);
 
 // A left key's row on the left side.
 struct fk_left_row {
-  std::optional<std::string> left;  // the latest left value; nullopt: none (deleted)
-  std::optional<std::string> fk;    // its foreign key; nullopt: refers to nothing
-  int64_t version = -1;             // the current subscription's version (fk set)
-  bool answered = false;            // a response of `version` arrived: `right` is known
+  std::optional<std::string> left;   // the latest left value; nullopt: none (deleted)
+  std::optional<std::string> fk;     // its foreign key; nullopt: refers to nothing
+  int64_t version = -1;              // the current subscription's version (fk set)
+  bool answered = false;             // a response of `version` arrived: `right` is known
   std::optional<std::string> right;  // the right value of `fk` as last answered
   bool empty() const noexcept { return !left; }
   bool operator==(const fk_left_row&) const = default;
