@@ -52,6 +52,7 @@ struct load_parts {
   rocksdb::ColumnFamilyHandle* cf;
   std::string view_name;
   const std::map<std::string, window_expiry*, std::less<>>* expiry_by_position;
+  const std::map<std::string, versioned_state*, std::less<>>* versioned_by_position;
 };
 
 class rocks_partition_loader final : public partition_loader {
@@ -83,7 +84,20 @@ class rocks_partition_loader final : public partition_loader {
 
   status add(std::string_view key, std::string_view value) override {
     if (committed_ || !writer_) return status::internal("partition_loader: already committed");
+    if (versions_started_) return status::invalid_argument("partition_loader: an entry after the versions");
     auto s = writer_->Put(encode_data_key(partition_, key), rocksdb::Slice(value.data(), value.size()));
+    if (!s.ok()) return from_rocks(s, "loading entry " + std::to_string(entries_ + 1));
+    ++entries_;
+    bytes_ += key.size() + value.size();
+    return status::ok_status();
+  }
+
+  status add_version(std::string_view key, std::string_view value) override {
+    if (committed_ || !writer_) return status::internal("partition_loader: already committed");
+    // Versions sort after every latest value (their prefix has the top bit set), so the
+    // one file stays in ascending order.
+    versions_started_ = true;
+    auto s = writer_->Put(version_prefix(partition_) + std::string(key), rocksdb::Slice(value.data(), value.size()));
     if (!s.ok()) return from_rocks(s, "loading entry " + std::to_string(entries_ + 1));
     ++entries_;
     bytes_ += key.size() + value.size();
@@ -137,6 +151,10 @@ class rocks_partition_loader final : public partition_loader {
     auto begin = encode_data_key(partition_, {});
     auto end = partition_ == INT32_MAX ? std::string(5, '\xff') : encode_data_key(partition_ + 1, {});
     if (auto s = clear.DeleteRange(cf_, begin, end); !s.ok()) return from_rocks(s, "clearing the partition");
+    // A versioned view's versions of the partition too (none elsewhere: an empty range).
+    auto vbegin = version_prefix(partition_);
+    auto vend = partition_ == INT32_MAX ? std::string(5, '\xff') : version_prefix(partition_ + 1);
+    if (auto s = clear.DeleteRange(cf_, vbegin, vend); !s.ok()) return from_rocks(s, "clearing the partition");
     auto old = read_view_positions(*owner_.rdb, owner_.meta, rocksdb::ReadOptions(), view, partition_);
     if (!old.ok()) return old.error();
     for (const auto& [name, offset] : *old)
@@ -152,6 +170,14 @@ class rocks_partition_loader final : public partition_loader {
         std::lock_guard lock(it->second->mu);
         it->second->stream_time[partition_] = offset;
       }
+    // A versioned view's stream time is the copy's, or none when the copy has none.
+    for (const auto& [name, state] : *owner_.versioned_by_position) {
+      if (name.compare(0, view.size() + 1, view + "#") != 0) continue;
+      auto given = std::find_if(positions.begin(), positions.end(), [&](const auto& p) { return p.first == name; });
+      std::lock_guard lock(state->mu);
+      if (given == positions.end()) state->stream_time.erase(partition_);
+      else state->stream_time[partition_] = given->second;
+    }
     return status::ok_status();
   }
 
@@ -168,6 +194,7 @@ class rocks_partition_loader final : public partition_loader {
   uint64_t entries_ = 0;
   uint64_t bytes_ = 0;
   bool committed_ = false;
+  bool versions_started_ = false;
 };
 
 }  // namespace
@@ -175,10 +202,10 @@ class rocks_partition_loader final : public partition_loader {
 result<std::unique_ptr<partition_loader>> db::load_partition(view_id view, int32_t partition) {
   if (view >= impl_->views.size()) return status::invalid_argument("load_partition: unknown view id");
   if (partition < 0) return status::invalid_argument("load_partition: negative partition");
-  auto loader =
-      std::make_unique<rocks_partition_loader>(load_parts{impl_->rdb.get(), impl_->meta, impl_->views[view],
-                                                          impl_->view_names[view], &impl_->expiry_by_position},
-                                               view, partition);
+  auto loader = std::make_unique<rocks_partition_loader>(
+      load_parts{impl_->rdb.get(), impl_->meta, impl_->views[view], impl_->view_names[view], &impl_->expiry_by_position,
+                 &impl_->versioned_by_position},
+      view, partition);
   if (auto s = loader->open(impl_->rdb->GetName() + "/bootstrap"); !s.ok()) return s;
   return std::unique_ptr<partition_loader>(std::move(loader));
 }
