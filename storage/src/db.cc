@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/log.h"
+#include "core/value_codec.h"
 #include "db_impl.h"
 #include "storage/key_codec.h"
 
@@ -291,6 +292,16 @@ std::vector<write_batch::entry> write_batch::entries() const {
   d.owner = impl_->owner;
   auto s = impl_->batch.Iterate(&d);
   if (!s.ok()) throw std::runtime_error("write_batch::entries: " + s.ToString());
+  // Versions not placed yet: each as the record it is (its stored value, or a delete).
+  for (const auto& pv : impl_->versions) {
+    std::optional<std::string> value;
+    if (!pv.tombstone) {
+      const auto frame = frame_header(pv.offset);
+      value.emplace(frame.data(), frame.size());
+      value->append(impl_->arena, pv.value_at, pv.value_size);
+    }
+    d.out.push_back(entry{pv.view, pv.partition, impl_->arena.substr(pv.key_at, pv.key_size), std::move(value), {}});
+  }
   return std::move(d.out);
 }
 

@@ -5,6 +5,7 @@
 
 #include <rocksdb/options.h>
 
+#include "core/value_codec.h"
 #include "db_impl.h"
 #include "storage/key_codec.h"
 
@@ -17,6 +18,7 @@ version to_version(const decoded_version_key& k, const decoded_version_value& v)
   out.valid_from = k.valid_from;
   if (v.valid_to != still_valid) out.valid_to = v.valid_to;
   if (!v.tombstone) out.value = std::string(v.stored);
+  if (auto f = unframe_value(v.stored)) out.offset = f->offset;
   return out;
 }
 

@@ -145,6 +145,8 @@ class write_batch {
 
   // What the batch holds, decoded from the underlying RocksDB batch (for tests and
   // diagnostics). `value` is nullopt for deletes; `position` is set for position records.
+  // Versions (put_version) come last, each as a put (or delete) of its key, in the
+  // order given, whatever db::write() will make of them.
   struct entry {
     view_id view;
     int32_t partition;
@@ -201,6 +203,7 @@ struct version {
   int64_t valid_from = 0;
   std::optional<int64_t> valid_to;   // nullopt: still valid (the latest version)
   std::optional<std::string> value;  // the stored value, as get() returns it; nullopt: a tombstone
+  int64_t offset = -1;               // offset of the record that wrote it (a tombstone's too)
 };
 
 // Iterates one partition's keys of one view within bounds, in key byte order (or its
