@@ -149,7 +149,8 @@ class rocks_partition_loader final : public partition_loader {
     // rebuild it from the beginning; it is never served as caught up half-installed.
     rocksdb::WriteBatch clear;
     auto begin = encode_data_key(partition_, {});
-    auto end = partition_ == INT32_MAX ? std::string(5, '\xff') : encode_data_key(partition_ + 1, {});
+    // The last partition ends where versions begin (prefix with the top bit set).
+    auto end = partition_ == INT32_MAX ? std::string("\x80\x00\x00\x00", 4) : encode_data_key(partition_ + 1, {});
     if (auto s = clear.DeleteRange(cf_, begin, end); !s.ok()) return from_rocks(s, "clearing the partition");
     // A versioned view's versions of the partition too (none elsewhere: an empty range).
     auto vbegin = version_prefix(partition_);

@@ -17,7 +17,9 @@ std::pair<std::string, std::string> partition_bounds(int32_t partition, const st
                                                      const std::optional<std::string>& upper) {
   std::string begin = encode_data_key(partition, lower.value_or(std::string()));
   std::string end = upper ? encode_data_key(partition, *upper) : encode_data_key(partition + 1, {});
-  if (partition == INT32_MAX && !upper) end = std::string(5, '\xff');
+  // After the last partition come versioned views' versions (their prefix has the top
+  // bit set): a plain read of it stops before them.
+  if (partition == INT32_MAX && !upper) end = std::string("\x80\x00\x00\x00", 4);
   return {std::move(begin), std::move(end)};
 }
 
