@@ -2,7 +2,8 @@
 // out-of-order records and tombstones are placed by timestamp, as-of lookups, version
 // lists and as-of range pages agree with a model through either of two instances, a
 // record older than the history is dropped and counted, and an instance rebuilt from
-// the topic (state deleted) answers the same.
+// the topic (state deleted), or one that copied its partitions from a peer, answers the
+// same.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "support.h"
@@ -138,7 +140,8 @@ void check_all(uint16_t port, const version_model& m, int64_t lo, int64_t hi) {
     std::vector<std::pair<std::string, std::string>> got;
     std::string cursor;
     for (int page = 0; page < 100; ++page) {
-      auto p = c.get("/v1/stores/prices/keys?limit=3&as_of=" + url_time(t) + (cursor.empty() ? "" : "&cursor=" + cursor));
+      auto p =
+          c.get("/v1/stores/prices/keys?limit=3&as_of=" + url_time(t) + (cursor.empty() ? "" : "&cursor=" + cursor));
       REQUIRE(p);
       REQUIRE_MESSAGE(p->status == 200, p->body);
       auto pj = p->body_json();
@@ -230,7 +233,8 @@ TEST_CASE("versioned table: out-of-order versions answered as of any time by eit
   REQUIRE(m.late == 1);
 
   const auto total = static_cast<int64_t>(records.size());
-  for (int i = 0; i < 300 && !all_applied(x, y, total); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 300 && !all_applied(x, y, total); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   REQUIRE(all_applied(x, y, total));
   CHECK(x.metric_sum("kstate_store_late_records_total") + y.metric_sum("kstate_store_late_records_total") == 1);
 
@@ -247,10 +251,40 @@ TEST_CASE("versioned table: out-of-order versions answered as of any time by eit
   for (int i = 0; i < 300 && !(settled = group_settled({x.port(), y.port()}, 3, &why)); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   REQUIRE_MESSAGE(settled, why);
-  for (int i = 0; i < 300 && !all_applied(x, y, total); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 300 && !all_applied(x, y, total); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   REQUIRE(all_applied(x, y, total));
   check_all(x.port(), m, lo, hi);
   check_all(y.port(), m, lo, hi);
+
+  // A third instance copies the partitions it takes from the others (peer bootstrap):
+  // the copies carry the versions and the stream time.
+  kstate_process z(app, views, dir + "/z", "peer_bootstrap: {min_offsets: 1}\n");
+  z.start();
+  z.wait_ready();
+  settled = false;
+  for (int i = 0; i < 300 && !(settled = group_settled({x.port(), y.port(), z.port()}, 3, &why)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE_MESSAGE(settled, why);
+  // Copies of the versioned store were installed, none failed (a failure rebuilds from
+  // Kafka, which would hide a copy that lost the versions).
+  http_client zc(z.port());
+  auto metrics = zc.get("/metrics");
+  REQUIRE(metrics);
+  int installed = 0, failed = 0;
+  std::istringstream lines(metrics->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("kstate_bootstrap_copies_total{", 0) != 0 || line.find("store=\"prices\"") == std::string::npos)
+      continue;
+    const int n = static_cast<int>(std::stod(line.substr(line.rfind(' ') + 1)));
+    if (line.find("result=\"installed\"") != std::string::npos) installed += n;
+    else failed += n;
+  }
+  CHECK(installed > 0);
+  CHECK(failed == 0);
+  check_all(z.port(), m, lo, hi);
+  check_all(x.port(), m, lo, hi);
+  REQUIRE(z.terminate() == 0);
   REQUIRE(y.terminate() == 0);
   REQUIRE(x.terminate() == 0);
 }
