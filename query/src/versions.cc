@@ -23,7 +23,8 @@ std::optional<query_result<T>> engine::check_history(const storage::snapshot& sn
                                                      int64_t as_of) const {
   using R = query_result<T>;
   const auto* def = find_store(store);
-  if (!def || !def->versioned) return R::fail(failure_reason::store_exception, "store '" + store + "' is not versioned");
+  if (!def || !def->versioned)
+    return R::fail(failure_reason::store_exception, "store '" + store + "' is not versioned");
   for (int32_t p : partitions) {
     auto start = snap.history_start(view, p);
     if (!start.ok()) return R::fail(failure_reason::store_exception, start.error().to_string());
@@ -47,7 +48,8 @@ query_result<key_answer> engine::read_key_as_of(storage::view_id view, int32_t p
   if (need_copy && !*pos) return R::fail(failure_reason::not_active, "no copy of this partition here");
   auto start = snap->history_start(view, partition);
   if (!start.ok()) return R::fail(failure_reason::store_exception, start.error().to_string());
-  if (*start && as_of < **start) return R::fail(failure_reason::history_unavailable, before_history(partition, **start));
+  if (*start && as_of < **start)
+    return R::fail(failure_reason::history_unavailable, before_history(partition, **start));
   auto got = snap->version_at(view, partition, key, as_of);
   if (!got.ok()) return R::fail(failure_reason::store_exception, got.error().to_string());
   key_answer a;
@@ -83,7 +85,8 @@ query_result<version_answer> engine::versions(const version_query& q) const {
   if (!start.ok()) return R::fail(failure_reason::store_exception, start.error().to_string());
   a.history_start = *start;
   const int64_t not_before = start->value_or(std::numeric_limits<int64_t>::min());
-  if (*start && q.to <= **start) return R::fail(failure_reason::history_unavailable, before_history(partition, **start));
+  if (*start && q.to <= **start)
+    return R::fail(failure_reason::history_unavailable, before_history(partition, **start));
   // One more than the limit tells whether more exist.
   auto got = snap->versions(vid, partition, q.key, q.from, q.to, not_before, q.limit + 1);
   if (!got.ok()) return R::fail(failure_reason::store_exception, got.error().to_string());
