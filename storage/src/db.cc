@@ -438,6 +438,7 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     if (v.empty() || v.rfind("__kstate", 0) == 0) return status::invalid_argument("invalid view name '" + v + "'");
     ensure(v);
   }
+  for (const auto& [name, vs] : opts.versioned) ensure(name + versions_cf_suffix);
 
   std::map<std::string, std::shared_ptr<window_expiry>> expiry;
   for (const auto& [name, w] : opts.windowed) {
@@ -490,7 +491,11 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
       // so a short ttl does not rewrite the files all the time.
       cf.periodic_compaction_seconds = static_cast<uint64_t>(std::max<int64_t>(t->second->ttl_ms / 1000, 3600));
     }
-    if (auto v = versioned.find(n); v != versioned.end()) {
+    if (auto v = n.size() > std::strlen(versions_cf_suffix) && n.compare(n.size() - std::strlen(versions_cf_suffix),
+                                                                         std::string::npos, versions_cf_suffix) == 0
+                     ? versioned.find(n.substr(0, n.size() - std::strlen(versions_cf_suffix)))
+                     : versioned.end();
+        v != versioned.end()) {
       cf.compaction_filter_factory = make_version_filter_factory(v->second);
       // As for a ttl: files nobody rewrites still shed old versions, at most hourly.
       cf.periodic_compaction_seconds = static_cast<uint64_t>(std::max<int64_t>(v->second->history_ms / 1000, 3600));
@@ -519,7 +524,10 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     descs.erase(std::remove_if(descs.begin(), descs.end(),
                                [&](const rocksdb::ColumnFamilyDescriptor& d) {
                                  return d.name != rocksdb::kDefaultColumnFamilyName && d.name != meta_cf_name &&
-                                        std::find(views.begin(), views.end(), d.name) == views.end();
+                                        std::find(views.begin(), views.end(), d.name) == views.end() &&
+                                        std::none_of(opts.versioned.begin(), opts.versioned.end(), [&](const auto& v) {
+                                          return d.name == v.first + versions_cf_suffix;
+                                        });
                                }),
                 descs.end());
     s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
@@ -573,6 +581,7 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   for (auto& [name, state] : versioned) {
     if (auto st = load_stream_times(*i->rdb, i->meta, name, state->stream_time_position, state->stream_time); !st.ok())
       return st;
+    state->cf = by_name.at(name + versions_cf_suffix);
     i->versioned_by_position.emplace(state->stream_time_position, state.get());
     i->versioned.emplace(i->by_name.at(name), std::move(state));
   }

@@ -243,22 +243,28 @@ class rocks_snapshot final : public snapshot {
   }
   result<std::optional<version>> version_at(view_id view, int32_t partition, std::string_view key,
                                             int64_t time) const override {
-    return read_version_at(*a_.rdb, a_.views->at(view), snap_, partition, key, time);
+    return read_version_at(*a_.rdb, versions_cf(view), snap_, partition, key, time);
   }
   result<std::vector<version>> versions(view_id view, int32_t partition, std::string_view key, int64_t from, int64_t to,
                                         int64_t not_before, size_t limit) const override {
-    return read_versions(*a_.rdb, a_.views->at(view), snap_, partition, key, from, to, not_before, limit);
+    return read_versions(*a_.rdb, versions_cf(view), snap_, partition, key, from, to, not_before, limit);
   }
   std::unique_ptr<partition_cursor> cursor_as_of(view_id view, int64_t time, bool descending,
                                                  scan_use use) const override {
-    return make_as_of_cursor(*a_.rdb, a_.views->at(view), snap_, time, descending, use);
+    return make_as_of_cursor(*a_.rdb, versions_cf(view), snap_, time, descending, use);
   }
   std::unique_ptr<partition_iterator> scan_versions(view_id view, int32_t partition) const override {
-    return make_version_scan(*a_.rdb, a_.views->at(view), snap_, partition);
+    return make_version_scan(*a_.rdb, versions_cf(view), snap_, partition);
   }
 
  private:
   expiry expired(view_id view) const { return expiry{a_.ttl_ms->at(view), a_.now}; }
+  // The versions column family of a versioned view; a view without versions reads its
+  // own (where no version key ever is: every versioned read then finds nothing).
+  rocksdb::ColumnFamilyHandle* versions_cf(view_id view) const {
+    auto it = a_.versioned->find(view);
+    return it == a_.versioned->end() ? a_.views->at(view) : it->second->cf;
+  }
   rocksdb::ReadOptions options() const {
     rocksdb::ReadOptions ro;
     ro.snapshot = snap_;

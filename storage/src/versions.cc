@@ -147,34 +147,51 @@ struct neighbour {
 // what the database holds.
 using overlay = std::map<std::string, std::string, std::less<>>;
 
-// The version with the largest valid_from <= the time in `target` (at or after `target`
-// in stored order, within `group_end`), from the database and the overlay.
-std::optional<neighbour> at_or_before(rocksdb::Iterator& it, const overlay& ov, const std::string& target,
-                                      std::string_view group_end) {
-  std::optional<neighbour> best;
-  it.Seek(target);
-  if (it.Valid() && it.key().compare(rocksdb::Slice(group_end.data(), group_end.size())) < 0)
-    best = neighbour{it.key().ToString(), it.value().ToString()};
-  if (auto o = ov.lower_bound(target); o != ov.end() && std::string_view(o->first) < group_end)
-    if (!best || o->first <= best->key) best = neighbour{o->first, o->second};
-  return best;
-}
+// The stored neighbours of the version `target` would be: the one with the largest
+// valid_from <= its time (`older`, at or after `target` in stored order) and the one
+// with the smallest valid_from > it (`newer`, just before `target`), from the database
+// and the overlay. A key's versions are stored newest first, so one seek to the group's
+// start and a few steps find both when the record is newer than all but a few versions
+// (the common case: in order, or slightly late); past `max_steps`, a seek to `target`
+// and one back.
+struct neighbours {
+  std::optional<neighbour> older, newer;
+};
+constexpr int max_steps = 8;
 
-// The version with the smallest valid_from > the time in `target` (before `target` in
-// stored order, from `group_begin`).
-std::optional<neighbour> after(rocksdb::Iterator& it, const overlay& ov, const std::string& target,
-                               std::string_view group_begin) {
-  std::optional<neighbour> best;
-  it.SeekForPrev(target);
-  if (it.Valid() && it.key() == rocksdb::Slice(target)) it.Prev();
-  if (it.Valid() && it.key().compare(rocksdb::Slice(group_begin.data(), group_begin.size())) >= 0)
-    best = neighbour{it.key().ToString(), it.value().ToString()};
+neighbours find_neighbours(rocksdb::Iterator& it, const overlay& ov, const std::string& target,
+                           std::string_view group_begin) {
+  neighbours n;
+  const rocksdb::Slice group(group_begin.data(), group_begin.size());
+  const rocksdb::Slice at(target);
+  auto in_group = [&] { return it.Valid() && it.key().starts_with(group); };
+  it.Seek(group);
+  int steps = 0;
+  for (; in_group() && it.key().compare(at) < 0 && steps < max_steps; ++steps) it.Next();
+  if (in_group() && it.key().compare(at) < 0) {
+    // Many newer versions: straight to `target`, then one back.
+    it.Seek(at);
+    if (in_group()) n.older = neighbour{it.key().ToString(), it.value().ToString()};
+    it.SeekForPrev(at);
+    if (it.Valid() && it.key() == at) it.Prev();
+    if (in_group()) n.newer = neighbour{it.key().ToString(), it.value().ToString()};
+  } else {
+    if (in_group()) n.older = neighbour{it.key().ToString(), it.value().ToString()};
+    if (steps > 0) {
+      if (it.Valid()) it.Prev();
+      else it.SeekForPrev(at);
+      if (in_group() && it.key().compare(at) < 0) n.newer = neighbour{it.key().ToString(), it.value().ToString()};
+    }
+  }
+  // The overlay's writes take precedence over the database's for the same key.
+  if (auto o = ov.lower_bound(target); o != ov.end() && std::string_view(o->first).starts_with(group_begin))
+    if (!n.older || o->first <= n.older->key) n.older = neighbour{o->first, o->second};
   if (auto o = ov.lower_bound(target); o != ov.begin()) {
     --o;
-    if (std::string_view(o->first) >= group_begin && (!best || o->first >= best->key))
-      best = neighbour{o->first, o->second};
+    if (std::string_view(o->first).starts_with(group_begin) && (!n.newer || o->first >= n.newer->key))
+      n.newer = neighbour{o->first, o->second};
   }
-  return best;
+  return n;
 }
 
 }  // namespace
@@ -218,14 +235,11 @@ status place_versions(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta,
     st->second = std::max(st->second.value_or(INT64_MIN), pv.timestamp);
 
     auto& [it, ov] = readers[pv.view];
-    if (!it) it.reset(rdb.NewIterator(rocksdb::ReadOptions(), views[pv.view]));
+    if (!it) it.reset(rdb.NewIterator(rocksdb::ReadOptions(), state.cf));
     const std::string_view key(arena.data() + pv.key_at, pv.key_size);
     const std::string target = version_key(pv.partition, key, pv.timestamp);
     const std::string_view group_begin(target.data(), target.size() - 8);
-    const std::string group_end = std::string(group_begin) + std::string(9, '\xff');
-    auto older = at_or_before(*it, ov, target, group_end);
-    if (auto s = from_rocks(it->status(), "reading versions"); !s.ok()) return s;
-    auto newer = after(*it, ov, target, group_begin);
+    auto [older, newer] = find_neighbours(*it, ov, target, group_begin);
     if (auto s = from_rocks(it->status(), "reading versions"); !s.ok()) return s;
 
     int64_t valid_to = still_valid;
@@ -239,7 +253,7 @@ status place_versions(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta,
         if (auto d = decode_version_value(older->value)) {
           // The older version now ends where this one begins.
           auto cut = encode_version_value(d->tombstone, pv.timestamp, d->stored);
-          if (auto s = out.Put(views[pv.view], older->key, cut); !s.ok()) return from_rocks(s, "placing a version");
+          if (auto s = out.Put(state.cf, older->key, cut); !s.ok()) return from_rocks(s, "placing a version");
           ov[older->key] = std::move(cut);
         }
     }
@@ -247,7 +261,7 @@ status place_versions(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta,
     std::string stored(frame.data(), frame.size());
     if (!pv.tombstone) stored.append(arena.data() + pv.value_at, pv.value_size);
     auto value = encode_version_value(pv.tombstone, valid_to, stored);
-    if (auto s = out.Put(views[pv.view], target, value); !s.ok()) return from_rocks(s, "placing a version");
+    if (auto s = out.Put(state.cf, target, value); !s.ok()) return from_rocks(s, "placing a version");
     ov[target] = std::move(value);
     if (valid_to == still_valid) {
       // The newest version: the latest value, where plain reads find it.

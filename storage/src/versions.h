@@ -2,15 +2,17 @@
 // Versioned table views (internal to storage): how versions are laid out, placed on
 // write, read back, and deleted once they leave the history.
 //
-// Layout, in the view's own column family:
+// Layout: the latest values in the view's own column family, the versions in a column
+// family of their own, "<view>#versions" (view names never contain '#'):
 //   latest value  = partition (4 bytes) ++ key          (as every table view: plain reads
-//                                                        are unchanged)
+//                                                        are unchanged, and the view's
+//                                                        files hold latest values only)
 //   version       = (partition | 0x80000000) (4 bytes) ++ escaped key ++ 0x00 0x01
 //                   ++ ~(valid_from ^ sign bit) (8 bytes, big-endian)
 //                -> kind (1 byte: 0 value, 1 tombstone) ++ valid_to (8 bytes, big-endian,
 //                   INT64_MAX while still valid) ++ offset frame (8 bytes) ++ value bytes
-// Partitions are never negative, so the versions sort after every partition's latest
-// values and no plain read (bounded to its partition's prefix) ever meets them. The key
+// The prefix's top bit marks a version key wherever it is found (a copy of a partition
+// sends both kinds in one stream, latest values first, since they sort first). The key
 // is escaped (0x00 -> 0x00 0xFF) and terminated by 0x00 0x01, so versions sort by key
 // bytes exactly as the keys do, each key's versions are contiguous, newest first.
 // The latest version is kept in both places: plain reads pay nothing for the history,
@@ -34,6 +36,8 @@
 namespace kstate::storage {
 
 inline constexpr uint32_t version_partition_bit = 0x80000000u;
+// A versioned view's versions live in the column family named after it with this suffix.
+inline constexpr const char* versions_cf_suffix = "#versions";
 inline constexpr int64_t still_valid = INT64_MAX;
 inline constexpr size_t version_header = 1 + 8;  // kind + valid_to, before the offset frame
 
@@ -73,6 +77,8 @@ std::string encode_version_value(bool tombstone, int64_t valid_to, std::string_v
 struct versioned_state {
   int64_t history_ms = 0;
   std::string stream_time_position;
+  // The view's versions column family ("<view>#versions"); set once at open.
+  rocksdb::ColumnFamilyHandle* cf = nullptr;
   std::atomic<uint64_t> expired{0};
   std::atomic<uint64_t> late{0};
   mutable std::mutex mu;

@@ -50,7 +50,9 @@ struct windowed_store {
 // it), every version of it, by record timestamp, written with write_batch::put_version.
 // Its partitions' stream times (largest record timestamp applied) are the named position
 // `stream_time_position`. Versions valid at some time within `history_ms` of their
-// partition's stream time are kept; a compaction filter deletes the older ones.
+// partition's stream time are kept; a compaction filter deletes the older ones. The
+// versions live in a column family of their own, "<view>#versions" (created at open,
+// with the default store options), so the view's plain reads pay nothing for them.
 struct versioned_store {
   int64_t history_ms = 0;  // > 0
   std::string stream_time_position;
@@ -395,9 +397,10 @@ class db {
   // db_options::window_expiry_interval_ms calls it too.
   result<int> expire_windows();
 
-  // Compacts the whole column family of a view now, down to its last level: its
-  // compaction filters run over every file (expired keys of a view with a ttl, expired
-  // windows, leave the disk). Blocks until done.
+  // Compacts the whole column family of a view now (and a versioned view's versions),
+  // down to its last level: its compaction filters run over every file (expired keys of
+  // a view with a ttl, expired windows, versions that left the history, leave the disk).
+  // Blocks until done.
   status compact(view_id view);
 
   // Flushes memtables (used on clean shutdown so restart replays no WAL).
