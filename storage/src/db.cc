@@ -784,6 +784,15 @@ result<view_stats> db::stats(view_id view) const {
   if (auto it = impl_->ttl.find(view); it != impl_->ttl.end())
     out.expired_keys = it->second->expired.load(std::memory_order_relaxed);
   if (auto it = impl_->versioned.find(view); it != impl_->versioned.end()) {
+    // The versions are part of the store's size (not of its keys).
+    auto add = [&](const std::string& name, uint64_t& v) {
+      uint64_t more = 0;
+      if (impl_->rdb->GetIntProperty(it->second->cf, name, &more)) v += more;
+    };
+    add(rocksdb::DB::Properties::kLiveSstFilesSize, out.live_sst_bytes);
+    add(rocksdb::DB::Properties::kTotalSstFilesSize, out.total_sst_bytes);
+    add(rocksdb::DB::Properties::kCurSizeAllMemTables, out.memtable_bytes);
+    add(rocksdb::DB::Properties::kEstimatePendingCompactionBytes, out.pending_compaction_bytes);
     out.expired_versions = it->second->expired.load(std::memory_order_relaxed);
     out.late_versions = it->second->late.load(std::memory_order_relaxed);
   }

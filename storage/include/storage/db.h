@@ -166,7 +166,8 @@ class write_batch {
 };
 
 // RocksDB's view of one column family (the properties Kafka Streams reports per store,
-// KIP-471).
+// KIP-471). A versioned view's byte figures include its versions' column family; its
+// estimated keys are those of the latest values.
 struct view_stats {
   uint64_t estimated_keys = 0;            // rocksdb.estimate-num-keys
   uint64_t live_sst_bytes = 0;            // rocksdb.live-sst-files-size
