@@ -201,6 +201,9 @@ struct read_options {
   /// Longest min_position wait; nullopt: query.default_wait_ms.
   std::optional<std::chrono::milliseconds> timeout;
   routing route = routing::forward;
+  /// Versioned stores (`versioned` in the view's configuration), get() and range()
+  /// only: the values as of this time, ms since the epoch; nullopt: the latest.
+  std::optional<int64_t> as_of;
 };
 
 /// A stored entry: a key, its value and the record that wrote it.
@@ -218,6 +221,9 @@ struct key_result {
   int64_t offset = -1;    ///< -1 when absent
   position pos;           ///< the key's partition's position
   std::string served_by;  ///< the instance that answered
+  /// With read_options::as_of and a value: when the version answered became valid, and
+  /// when it stopped (nullopt: it is still the latest).
+  std::optional<int64_t> valid_from, valid_to;
 };
 
 /// The answer for many keys.
