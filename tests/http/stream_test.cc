@@ -376,6 +376,39 @@ TEST_CASE("stream: a client closing while the source has nothing to send release
   CHECK(wait_for([&] { return probe->destroyed.load(); }, 20s));
 }
 
+TEST_CASE("stream: clients closing while a large piece is being written never harm the server") {
+  // Each piece is larger than the socket buffers, so a write is in flight when the
+  // client goes away: the stream must end through that write's failure.
+  auto probe = std::make_shared<counting_source::probe>();
+  running_server srv({}, [probe](const request&) {
+    response r;
+    r.stream = std::make_shared<counting_source>(probe, 1'000, 8u << 20);
+    return r;
+  });
+  for (int i = 0; i < 20; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(srv.port());
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const std::string req = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n";
+    REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+    char buf[4096];
+    REQUIRE(::recv(fd, buf, sizeof buf, 0) > 0);
+    if (i % 2 == 0) {
+      linger l{1, 0};  // a reset rather than an orderly close
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    }
+    ::close(fd);
+    REQUIRE(wait_for([&] { return probe->destroyed.load(); }, 20s));
+    probe->destroyed = false;
+  }
+  // Still serving.
+  wire_client c(srv.port());
+  REQUIRE(!c.send(get("/small")));
+}
+
 TEST_CASE("async: a handler that drops its responder uncalled yields a 500 problem") {
   background bg;
   running_async_server srv({}, [&bg](const request& req, responder reply) {
