@@ -421,6 +421,10 @@ class Harness:
         from .wordcount import run_wordcount
         run_wordcount(self)
 
+    def join(self):
+        from .join import run_join
+        run_join(self)
+
     def rocks_limit(self, kstate_state):
         copy = self.work / "state-copy"
         shutil.rmtree(copy, ignore_errors=True)
