@@ -222,9 +222,16 @@ def run_join(h):
                     die(f"kstate's {t} join differs from Kafka Streams' ({len(kstate[t]):,} rows against "
                         f"{len(got[t]):,}); first differences (key, kstate, Kafka Streams): {diff}")
         if stale:
+            def sides(k):
+                # The input's last values (the outer join of both), against the stale row's.
+                end = want["outer"].get(k, {"left": None, "right": None})
+                row = got["inner"][k]
+                return ", ".join(f"{side} seq {row[side].get('seq')} in its row, "
+                                 + (f"seq {end[side].get('seq')}" if end[side] else "deleted") + " at the end"
+                                 for side in ("left", "right"))
             h.note(f"Kafka Streams (default record cache) run #{rep}: {len(stale):,} inner-join rows of keys that "
                    f"lack a side at the end (kstate and the input have no row), e.g. "
-                   + ", ".join(f"{k}: {json.dumps(got['inner'][k])[:160]}" for k in stale[:2])
+                   + "; ".join(f"{k}: {sides(k)}" for k in stale[:3])
                    + "; its left and outer joins are identical to kstate's")
         stale_counts.append(len(stale))
     h.join_check["kafka_streams_stale_inner_rows"] = stale_counts
