@@ -119,14 +119,19 @@ public final class Join {
       if (path.startsWith("/bench/join/")) {
         ReadOnlyKeyValueStore<String, String> s = store(path.substring("/bench/join/".length()), ex);
         if (s == null) return;
-        StringBuilder out = new StringBuilder(1 << 20);
-        try (KeyValueIterator<String, String> it = s.all()) {
+        // Streamed (chunked): the full-size stores hold hundreds of MiB of rows.
+        ex.sendResponseHeaders(200, 0);
+        try (KeyValueIterator<String, String> it = s.all();
+             java.io.Writer w = new java.io.BufferedWriter(
+                 new java.io.OutputStreamWriter(ex.getResponseBody(), StandardCharsets.UTF_8), 1 << 16)) {
           while (it.hasNext()) {
             KeyValue<String, String> kv = it.next();
-            out.append(kv.key).append('\t').append(kv.value).append('\n');
+            w.write(kv.key);
+            w.write('\t');
+            w.write(kv.value);
+            w.write('\n');
           }
         }
-        send(ex, 200, out.toString());
       } else if (path.startsWith("/bench/key/")) {
         String[] parts = path.substring("/bench/key/".length()).split("/", 2);
         ReadOnlyKeyValueStore<String, String> s = store(parts[0], ex);
