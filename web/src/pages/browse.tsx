@@ -562,6 +562,14 @@ function LiveCard({ store }: { store: Store }) {
         class="form-row"
         onSubmit={(e) => {
           e.preventDefault();
+          // What the previous subscription showed goes in the same render as the new
+          // one starts: never a "live" state or rows that are not of this one.
+          setState('connecting');
+          setPosition('');
+          setChanges([]);
+          setCurrent(new Map());
+          setSeen(0);
+          setEnded(null);
           setFollowing({ sel: selection(), format, snapshot });
         }}
       >
