@@ -17,6 +17,7 @@ namespace {
 using config_detail::check_keys;
 using config_detail::config_error;
 using config_detail::fail;
+using config_detail::get_bool;
 using config_detail::get_number;
 using config_detail::get_string;
 
@@ -220,14 +221,7 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
   if (auto it = v.changelog_configs.find("cleanup.policy");
       it != v.changelog_configs.end() && it->second != "compact" && !v.window)
     fail(where + ".changelog_configs.cleanup.policy", "may be compact,delete only for a windowed view");
-  if (n["cache"]) {
-    if (!n["cache"].IsScalar()) fail(where + ".cache", "must be true or false");
-    try {
-      v.cache = n["cache"].as<bool>();
-    } catch (const YAML::Exception&) {
-      fail(where + ".cache", "must be true or false (got '" + n["cache"].Scalar() + "')");
-    }
-  }
+  if (n["cache"]) v.cache = get_bool(n["cache"], where + ".cache");
 }
 
 view_def parse_view(const YAML::Node& n, const std::string& where) {
