@@ -169,6 +169,8 @@ result<key_result> read_key_answer(const view_def& v, const http::response& r) {
   out.offset = *offset;
   out.pos = std::move(*pos);
   out.served_by = member<std::string>(*j, "served_by").value_or("");
+  out.valid_from = member<int64_t>(*j, "valid_from");
+  out.valid_to = member<int64_t>(*j, "valid_to");
   return out;
 }
 

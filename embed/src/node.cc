@@ -70,6 +70,9 @@ std::string wait_params(const read_options& o) {
   return out;
 }
 
+// "&as_of=..." for the reads that take it.
+std::string as_of_param(const read_options& o) { return o.as_of ? "&as_of=" + std::to_string(*o.as_of) : ""; }
+
 }  // namespace
 
 struct node::impl {
@@ -239,8 +242,8 @@ result<key_result> node::get(const std::string& store, const std::string& key, c
   if (!v) return make_error(error_code::not_found, "no store '" + store + "'");
   if (o.route == routing::not_here)
     if (auto e = impl_->elsewhere(store, {key})) return *e;
-  auto r = impl_->ask("GET",
-                      impl_->store_path(store) + "/keys/" + key_param(key) + "?key_format=base64url" + wait_params(o));
+  auto r = impl_->ask("GET", impl_->store_path(store) + "/keys/" + key_param(key) + "?key_format=base64url" +
+                                 wait_params(o) + as_of_param(o));
   return detail::read_key_answer(*v, r);
 }
 
@@ -283,7 +286,7 @@ result<range_page> node::range(const std::string& store, const range_options& q,
   if (q.descending) target += "&order=desc";
   if (q.limit) target += "&limit=" + std::to_string(q.limit);
   if (!q.cursor.empty()) target += "&cursor=" + http::percent_encode(q.cursor);
-  auto r = impl_->ask("GET", target + wait_params(o));
+  auto r = impl_->ask("GET", target + wait_params(o) + as_of_param(o));
   return detail::read_range_answer(*v, r);
 }
 

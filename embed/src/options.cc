@@ -17,6 +17,7 @@ const char* name_of(view_kind k) {
     case view_kind::sum: return "sum";
     case view_kind::reduce: return "reduce";
     case view_kind::aggregate: return "aggregate";
+    case view_kind::join: return "join";
   }
   return "?";
 }
@@ -77,6 +78,27 @@ void emit_view(YAML::Emitter& out, const view_options& v) {
     optional_string(out, "retention", w.retention);
     optional_string(out, "time_field", w.time_field);
     optional_string(out, "max_future", w.max_future);
+    out << YAML::EndMap;
+  }
+  if (v.join) {
+    const auto& j = *v.join;
+    out << YAML::Key << "join" << YAML::Value << YAML::BeginMap;
+    optional_string(out, "type", j.type);
+    optional_string(out, "right", j.right);
+    optional_string(out, "right_partitioner", j.right_partitioner);
+    optional_string(out, "left_name", j.left_name);
+    optional_string(out, "right_name", j.right_name);
+    if (!j.select.empty()) {
+      out << YAML::Key << "select" << YAML::Value << YAML::BeginSeq;
+      for (const auto& f : j.select) {
+        out << YAML::BeginMap;
+        optional_string(out, "side", f.side);
+        optional_string(out, "field", f.field);
+        optional_string(out, "as", f.as);
+        out << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    }
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

@@ -324,7 +324,10 @@ result<bool> agg_pipeline::fold(view_state& v, const record& r, const std::strin
   if (slot == cache_.end()) slot = cache_.emplace(std::make_tuple(idx, r.partition, key), cached{}).first;
   slot->second.state = std::move(out.state);
   slot->second.input_offset = r.offset;
-  slot->second.timestamp = timestamp;
+  // A window's changelog record carries the largest event time folded into it, not the
+  // last: a restore takes the partition's stream time from these timestamps, and an
+  // out-of-order record folded last must not set it back.
+  slot->second.timestamp = v.def->windowed() ? std::max(slot->second.timestamp, timestamp) : timestamp;
   slot->second.dirty = true;
   if (!v.def->windowed()) builder_.note_applied(v.def->name, r.topic, r.partition);
   if (!v.def->cache) {

@@ -28,6 +28,7 @@ std::string json_problem(std::string_view text, int max_json_depth, const char* 
 
 std::string validate(const view_def& view, const record& r, int max_json_depth) {
   if (!r.key) return "null key: a table needs a key";
+  if (view.versioned && r.timestamp < 0) return "no record timestamp: a versioned view places versions by it";
   switch (view.key_format) {
     case data_format::string:
       if (!valid_utf8(*r.key)) return "key is not valid UTF-8 (key_format string)";
@@ -160,6 +161,24 @@ void batch_builder::add(const record& r) {
                                       r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
                                       r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt,
                                       std::move(reason)});
+    } else if (slot.def->versioned) {
+      if (!now) now = clock_();
+      if (r.timestamp > *now && r.timestamp - *now > slot.def->versioned->max_future_ms) {
+        // A far-future timestamp would move stream time ahead and make every later
+        // record too late to place.
+        ++c.invalid;
+        ++vc.invalid;
+        rejections_.push_back(rejection{slot.def->name, slot.def->dead_letter_topic, cur.topic, r.partition, r.offset,
+                                        std::optional<std::string>(std::string(*r.key)),
+                                        r.value ? std::optional<std::string>(std::string(*r.value)) : std::nullopt,
+                                        "record timestamp is more than versioned.max_future ahead of the clock"});
+      } else {
+        // Every record is a version: placed by db::write in arrival order, never folded
+        // into the last change of its key as the latest-only views' writes are.
+        batch_.put_version(slot.id, r.partition, *r.key, r.timestamp, r.offset, r.value);
+        ++c.applied;
+        ++vc.applied;
+      }
     } else if (r.value) {
       std::optional<int64_t> time;
       if (slot.def->ttl) {

@@ -32,6 +32,7 @@ const char* to_string(failure_reason r) noexcept {
     case failure_reason::not_active: return "NOT_ACTIVE";
     case failure_reason::not_up_to_date: return "NOT_UP_TO_DATE";
     case failure_reason::store_exception: return "STORE_EXCEPTION";
+    case failure_reason::history_unavailable: return "HISTORY_UNAVAILABLE";
   }
   return "UNKNOWN";
 }
@@ -97,11 +98,21 @@ std::optional<query_result<T>> engine::held_key_partition(std::string_view store
   return require_partition<T>(*view, partition);
 }
 
+// versions.cc reads keys of versioned stores through it.
+template std::optional<query_result<version_answer>> engine::held_key_partition<version_answer>(
+    std::string_view, std::string_view, std::optional<int32_t>, const view_def*&, storage::view_id&, int32_t&) const;
+
 query_result<key_answer> engine::get(const key_query& q) const {
   const view_def* view = nullptr;
   storage::view_id vid = 0;
   int32_t partition = -1;
   if (auto f = held_key_partition<key_answer>(q.store, q.key, q.partition, view, vid, partition)) return *f;
+  if (q.as_of) {
+    if (!view->versioned)
+      return query_result<key_answer>::fail(failure_reason::store_exception,
+                                            "store '" + q.store + "' is not versioned");
+    return read_key_as_of(vid, partition, q.key, *q.as_of, false);
+  }
   return read_key(vid, partition, q.key, false);
 }
 
@@ -230,6 +241,10 @@ query_result<key_answer> engine::get_stale(const key_query& q) const {
     if (!loc) return R::fail(failure_reason::not_up_to_date, "partition count not known yet");
     partition = loc->second;
   }
+  if (q.as_of) {
+    if (!view->versioned) return R::fail(failure_reason::store_exception, "store '" + q.store + "' is not versioned");
+    return read_key_as_of(*vid, *partition, q.key, *q.as_of, true);
+  }
   return read_key(*vid, *partition, q.key, true);
 }
 
@@ -299,9 +314,10 @@ void tighten_upper(std::optional<std::string>& upper, const std::string& candida
 
 class merged_range final : public range_stream {
  public:
+  // With `as_of`, the keys and values as they were at that time (a versioned view).
   merged_range(std::shared_ptr<const storage::snapshot> snap, storage::view_id view,
                const std::vector<int32_t>& partitions, std::optional<std::string> lower,
-               std::optional<std::string> upper, bool descending, storage::scan_use use)
+               std::optional<std::string> upper, bool descending, storage::scan_use use, std::optional<int64_t> as_of)
       : snap_(std::move(snap)), descending_(descending), heap_(order{this}) {
     bool empty = lower && upper && !(*lower < *upper);
     for (int32_t p : partitions) {
@@ -312,7 +328,13 @@ class merged_range final : public range_stream {
       }
       pos_.set(p, pos->value_or(0));
       if (empty) continue;
-      its_.push_back(snap_->scan(view, p, lower, upper, descending, use));
+      if (as_of) {
+        auto c = snap_->cursor_as_of(view, *as_of, descending, use);
+        c->seek(p, lower, upper);
+        its_.push_back(std::move(c));
+      } else {
+        its_.push_back(snap_->scan(view, p, lower, upper, descending, use));
+      }
       parts_.push_back(p);
       if (its_.back()->valid()) heap_.push(its_.size() - 1);
       else if (!its_.back()->error().ok()) error_ = its_.back()->error();
@@ -406,8 +428,12 @@ query_result<std::unique_ptr<range_stream>> engine::open_range(const range_query
   auto rr = resolve_range(q);
   if (!rr.ok()) return rr.as<std::unique_ptr<range_stream>>();
   auto& r = rr.answer();
-  std::unique_ptr<range_stream> s =
-      std::make_unique<merged_range>(db_.read_snapshot(), r.view, r.partitions, r.lower, r.upper, q.descending, use);
+  auto snap = db_.read_snapshot();
+  if (q.as_of)
+    if (auto f = check_history<std::unique_ptr<range_stream>>(*snap, q.store, r.view, r.partitions, *q.as_of))
+      return std::move(*f);
+  std::unique_ptr<range_stream> s = std::make_unique<merged_range>(std::move(snap), r.view, r.partitions, r.lower,
+                                                                   r.upper, q.descending, use, q.as_of);
   if (!s->error().ok()) return R::fail(failure_reason::store_exception, s->error().to_string());
   return R::success(std::move(s));
 }
@@ -435,6 +461,8 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
     a.pos.set(p, (*positions)[i].value_or(0));
   }
   a.stale = !r.copies.empty();
+  if (q.as_of)
+    if (auto f = check_history<range_answer>(*snap, q.store, r.view, r.partitions, *q.as_of)) return std::move(*f);
   if (r.partitions.empty() || (r.lower && r.upper && !(*r.lower < *r.upper))) return R::success(std::move(a));
 
   const bool desc = q.descending;
@@ -466,7 +494,8 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
   const double share = static_cast<double>(keep) / static_cast<double>(r.partitions.size());
   auto quota = static_cast<size_t>(share + 2 * std::sqrt(share) + 2);
 
-  auto cursor = snap->cursor(r.view, desc, storage::scan_use::page);
+  auto cursor = q.as_of ? snap->cursor_as_of(r.view, *q.as_of, desc, storage::scan_use::page)
+                        : snap->cursor(r.view, desc, storage::scan_use::page);
   for (bool pending = true; pending; quota *= 2) {
     pending = false;
     for (auto& pr : reads) {

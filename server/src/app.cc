@@ -249,6 +249,8 @@ status app::start() {
   for (const auto& v : i.cfg.views) {
     if (v.windowed()) i.cfg.rocksdb.windowed[v.name] = storage::windowed_store{*v.window, stream_time_position_name(v)};
     if (v.ttl) i.cfg.rocksdb.ttl_ms[v.name] = v.ttl->after_ms;
+    if (v.versioned)
+      i.cfg.rocksdb.versioned[v.name] = storage::versioned_store{v.versioned->history_ms, stream_time_position_name(v)};
   }
   auto opened = storage::db::open(i.cfg.rocksdb, names);
   if (!opened.ok()) return opened.error();

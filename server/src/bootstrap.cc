@@ -219,9 +219,9 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
     // The next page travels while this one is written.
     if (!last) next = page(n + 1);
     uint64_t frames = 0;
-    auto s = for_each_snapshot_frame(r->body, [&](std::string_view key, std::string_view value) {
+    auto s = for_each_snapshot_frame(r->body, [&](std::string_view key, std::string_view value, bool version) {
       ++frames;
-      return (*loader)->add(key, value);
+      return version ? (*loader)->add_version(key, value) : (*loader)->add(key, value);
     });
     if (!s.ok()) return fail("page " + std::to_string(n) + ": " + s.to_string());
     if (number_header(*r, "X-Kstate-Snapshot-Entries") != frames)

@@ -17,6 +17,7 @@ namespace {
 using config_detail::check_keys;
 using config_detail::config_error;
 using config_detail::fail;
+using config_detail::get_bool;
 using config_detail::get_number;
 using config_detail::get_string;
 
@@ -220,21 +221,14 @@ void parse_aggregate(const YAML::Node& n, const std::string& where, view_def& v)
   if (auto it = v.changelog_configs.find("cleanup.policy");
       it != v.changelog_configs.end() && it->second != "compact" && !v.window)
     fail(where + ".changelog_configs.cleanup.policy", "may be compact,delete only for a windowed view");
-  if (n["cache"]) {
-    if (!n["cache"].IsScalar()) fail(where + ".cache", "must be true or false");
-    try {
-      v.cache = n["cache"].as<bool>();
-    } catch (const YAML::Exception&) {
-      fail(where + ".cache", "must be true or false (got '" + n["cache"].Scalar() + "')");
-    }
-  }
+  if (n["cache"]) v.cache = get_bool(n["cache"], where + ".cache");
 }
 
 view_def parse_view(const YAML::Node& n, const std::string& where) {
   check_keys(n, where,
              {"name", "kind", "topic", "key_format", "value_format", "partitioner", "dead_letter_topic", "group_by",
               "value", "reduce", "fields", "repartition_partitions", "replication_factor", "changelog_configs", "cache",
-              "window", "ttl", "join"});
+              "window", "ttl", "join", "versioned"});
   view_def v;
   if (!n["name"]) fail(where + ".name", "is required");
   v.name = get_string(n["name"], where + ".name");
@@ -290,6 +284,31 @@ view_def parse_view(const YAML::Node& n, const std::string& where) {
       if (!parse_ttl_clock(c, spec.clock)) fail(tw + ".clock", "must be record_time or ingest_time (got '" + c + "')");
     }
     v.ttl = spec;
+  }
+  if (auto h = n["versioned"]) {
+    const std::string vw = where + ".versioned";
+    if (v.is_aggregate()) fail(vw, "applies to table views only (kind table)");
+    if (!h.IsMap()) fail(vw, "must be a map: {history: 7d, max_future: 24h}");
+    check_keys(h, vw, {"history", "max_future"});
+    if (!h["history"]) fail(vw + ".history", "is required (e.g. 7d): how far behind stream time versions are kept");
+    auto d = parse_duration_ms(get_string(h["history"], vw + ".history"));
+    if (!d.ok()) fail(vw + ".history", d.error().message());
+    if (d.value() <= 0) fail(vw + ".history", "must be positive (got '" + h["history"].Scalar() + "')");
+    // A ttl hides a key whose versions the history would still answer for, and expires
+    // by the wall clock what versions keep by stream time: one would contradict the other.
+    if (v.ttl)
+      fail(vw,
+           "cannot be combined with ttl: a versioned view keeps old values by record time (history), a ttl "
+           "drops them by age; choose one");
+    versioned_spec spec;
+    spec.history_ms = d.value();
+    if (h["max_future"]) {
+      auto f = parse_duration_ms(get_string(h["max_future"], vw + ".max_future"));
+      if (!f.ok()) fail(vw + ".max_future", f.error().message());
+      if (f.value() < 0) fail(vw + ".max_future", "must not be negative (got '" + h["max_future"].Scalar() + "')");
+      spec.max_future_ms = f.value();
+    }
+    v.versioned = spec;
   }
   return v;
 }

@@ -85,14 +85,7 @@ void parse_join(const YAML::Node& n, const std::string& where, view_def& v) {
         fail(where + ".changelog_configs.cleanup.policy", "must be compact for a join view");
     }
   }
-  if (n["cache"]) {
-    if (!n["cache"].IsScalar()) fail(where + ".cache", "must be true or false");
-    try {
-      v.cache = n["cache"].as<bool>();
-    } catch (const YAML::Exception&) {
-      fail(where + ".cache", "must be true or false (got '" + n["cache"].Scalar() + "')");
-    }
-  }
+  if (n["cache"]) v.cache = get_bool(n["cache"], where + ".cache");
   if (n["value_format"] && n["value_format"].IsScalar() && n["value_format"].Scalar() != "json")
     fail(where + ".value_format",
          "a join's inputs and joined values are JSON (got '" + n["value_format"].Scalar() + "')");

@@ -38,6 +38,15 @@ inline std::string get_string(const YAML::Node& n, const std::string& key) {
   return n.as<std::string>();
 }
 
+inline bool get_bool(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) fail(key, "must be true or false");
+  try {
+    return n.as<bool>();
+  } catch (const YAML::Exception&) {
+    fail(key, "must be true or false (got '" + n.Scalar() + "')");
+  }
+}
+
 template <typename T>
 T get_number(const YAML::Node& n, const std::string& key, T min, T max) {
   if (!n.IsScalar()) fail(key, "must be a number");

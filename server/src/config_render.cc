@@ -119,6 +119,10 @@ std::string render_config(const app_config& c) {
       e << YAML::Key << "ttl" << YAML::Value << YAML::BeginMap << YAML::Key << "after" << YAML::Value
         << std::to_string(v.ttl->after_ms) + "ms" << YAML::Key << "clock" << YAML::Value << to_string(v.ttl->clock)
         << YAML::EndMap;
+    if (v.versioned)
+      e << YAML::Key << "versioned" << YAML::Value << YAML::BeginMap << YAML::Key << "history" << YAML::Value
+        << std::to_string(v.versioned->history_ms) + "ms" << YAML::Key << "max_future" << YAML::Value
+        << std::to_string(v.versioned->max_future_ms) + "ms" << YAML::EndMap;
     if (v.is_join()) {
       const auto& j = *v.join;
       e << YAML::Key << "join" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value

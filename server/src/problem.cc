@@ -47,6 +47,7 @@ constexpr row table[] = {
     {failure_reason::bad_peer, "bad_peer", {401, 40102, "Peer authentication failed"}},
     {failure_reason::history_gone, "history_gone", {410, 41001, "Change history gone"}},
     {failure_reason::subscription_capacity, "subscription_capacity", {503, 50309, "Too many subscriptions"}},
+    {failure_reason::version_history_gone, "version_history_gone", {410, 41002, "Version history gone"}},
 };
 
 constexpr std::size_t internal_row = 18;

@@ -6,14 +6,14 @@
 
 namespace kstate::server {
 
-void append_snapshot_frame(std::string& out, std::string_view key, std::string_view value) {
+void append_snapshot_frame(std::string& out, std::string_view key, std::string_view value, bool version) {
   auto put = [&out](uint32_t v) {
     out.push_back(static_cast<char>(v >> 24));
     out.push_back(static_cast<char>(v >> 16));
     out.push_back(static_cast<char>(v >> 8));
     out.push_back(static_cast<char>(v));
   };
-  put(static_cast<uint32_t>(key.size()));
+  put(static_cast<uint32_t>(key.size()) | (version ? snapshot_version_flag : 0));
   put(static_cast<uint32_t>(value.size()));
   out.append(key);
   out.append(value);
@@ -27,8 +27,13 @@ struct snapshot_sender::session {
   XXH64_state_t* hash = XXH64_createState();
   uint64_t next_page = 0;
   uint64_t total = 0;
-  snapshot_page previous;                      // the page last returned, for a retry
-  bool ended = false;                          // the last page was made
+  snapshot_page previous;  // the page last returned, for a retry
+  bool ended = false;      // the last page was made
+  storage::view_id view = 0;
+  int32_t partition = 0;
+  // The plain entries were all sent; `it` reads the stored versions (versioned views;
+  // none for others).
+  bool versions = false;
   std::chrono::steady_clock::time_point used;  // guarded by snapshot_sender::mu_
 
   session() { XXH64_reset(hash, 0); }
@@ -77,6 +82,8 @@ result<snapshot_sender::offer> snapshot_sender::open(std::string_view view, int3
     return status::not_found("no state of store '" + std::string(view) + "' partition " + std::to_string(partition) +
                              " here");
   s->it = s->snap->scan(*id, partition, std::nullopt, std::nullopt, false, storage::scan_use::sweep);
+  s->view = *id;
+  s->partition = partition;
   s->used = now;
   std::random_device rd;
   char id_hex[33];
@@ -103,15 +110,24 @@ result<snapshot_page> snapshot_sender::read(const std::string& id, uint64_t n) {
     return status::invalid_argument("page " + std::to_string(n) + " asked, page " + std::to_string(s->next_page) +
                                     " is next");
   snapshot_page p;
-  while (s->it->valid() && (p.body.empty() || p.body.size() < limits_.page_bytes)) {
-    append_snapshot_frame(p.body, s->it->key(), s->it->value());
+  for (;;) {
+    if (!s->it->valid()) {
+      if (auto e = s->it->error(); !e.ok()) return e;
+      if (s->versions) break;
+      // Then the partition's stored versions (an empty scan unless the view is versioned).
+      s->it = s->snap->scan_versions(s->view, s->partition);
+      s->versions = true;
+      continue;
+    }
+    if (!p.body.empty() && p.body.size() >= limits_.page_bytes) break;
+    append_snapshot_frame(p.body, s->it->key(), s->it->value(), s->versions);
     ++p.entries;
     s->it->next();
   }
   if (auto e = s->it->error(); !e.ok()) return e;
   XXH64_update(s->hash, p.body.data(), p.body.size());
   s->total += p.entries;
-  p.last = !s->it->valid();
+  p.last = s->versions && !s->it->valid();
   if (p.last) {
     p.total_entries = s->total;
     p.digest = XXH64_digest(s->hash);

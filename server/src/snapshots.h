@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -87,11 +88,17 @@ class snapshot_sender {
   std::map<std::string, std::shared_ptr<session>> sessions_;  // guarded by mu_
 };
 
-// Appends one frame to `out`.
-void append_snapshot_frame(std::string& out, std::string_view key, std::string_view value);
+// Appends one frame to `out`. `version`: a stored version of a versioned view
+// (storage::snapshot::scan_versions), marked by the top bit of the key's length; those
+// frames follow every plain entry of the partition.
+void append_snapshot_frame(std::string& out, std::string_view key, std::string_view value, bool version = false);
 
-// Splits a page body into frames, calling `each(key, value)` for every one; invalid_argument
-// when the body does not end on a frame boundary.
+// The top bit of a frame's key length: the frame holds a stored version.
+inline constexpr uint32_t snapshot_version_flag = 0x80000000u;
+
+// Splits a page body into frames, calling `each(key, value)` for every one, or
+// `each(key, value, version)` when `each` takes the flag; invalid_argument when the
+// body does not end on a frame boundary.
 template <typename F>
 status for_each_snapshot_frame(std::string_view body, F&& each) {
   auto u32 = [](const char* p) {
@@ -103,10 +110,16 @@ status for_each_snapshot_frame(std::string_view body, F&& each) {
   size_t at = 0;
   while (at < body.size()) {
     if (body.size() - at < 8) return status::invalid_argument("snapshot page: a frame header is cut short");
-    uint64_t klen = u32(body.data() + at), vlen = u32(body.data() + at + 4);
+    const uint32_t head = u32(body.data() + at);
+    const bool version = (head & snapshot_version_flag) != 0;
+    uint64_t klen = head & ~snapshot_version_flag, vlen = u32(body.data() + at + 4);
     at += 8;
     if (body.size() - at < klen + vlen) return status::invalid_argument("snapshot page: a frame is cut short");
-    auto s = each(body.substr(at, klen), body.substr(at + klen, vlen));
+    status s;
+    if constexpr (std::is_invocable_v<F, std::string_view, std::string_view, bool>)
+      s = each(body.substr(at, klen), body.substr(at + klen, vlen), version);
+    else if (version) return status::invalid_argument("snapshot page: a version where none is expected");
+    else s = each(body.substr(at, klen), body.substr(at + klen, vlen));
     if (!s.ok()) return s;
     at += klen + vlen;
   }

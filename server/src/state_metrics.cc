@@ -101,6 +101,20 @@ class state_metrics final : public prometheus::Collectable {
       if (v.ttl)
         for (const auto& [name, s] : stats)
           if (name == v.name) counter(expired_keys, {{"store", name}}, static_cast<double>(s.expired_keys));
+    auto& expired_versions = family(
+        "kstate_store_expired_versions_total",
+        "Versions of versioned stores deleted from disk after leaving the history (compaction filter) since start",
+        MetricType::Counter);
+    auto& late_records = family(
+        "kstate_store_late_records_total",
+        "Records of versioned stores dropped as older than stream time minus history since start", MetricType::Counter);
+    for (const auto& v : views_)
+      if (v.versioned)
+        for (const auto& [name, s] : stats)
+          if (name == v.name) {
+            counter(expired_versions, {{"store", name}}, static_cast<double>(s.expired_versions));
+            counter(late_records, {{"store", name}}, static_cast<double>(s.late_versions));
+          }
 
     // The block cache is shared by every store (one memory budget), so its figures are
     // for the whole database.

@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/log.h"
+#include "core/value_codec.h"
 #include "db_impl.h"
 #include "storage/key_codec.h"
 
@@ -142,6 +143,9 @@ struct write_batch::impl {
     int64_t time;
   };
   std::vector<stream_time> stream_times;
+  // Versions of versioned views, placed by db::write (their keys and values in arena).
+  std::vector<pending_version> versions;
+  std::string arena;
   // The first operation that could not be added; db::write refuses the batch with it.
   status failed;
 
@@ -202,6 +206,27 @@ void write_batch::del(view_id view, int32_t partition, std::string_view key) {
   impl_->note(impl_->batch.Delete(cf, rocksdb::SliceParts(key_parts, 2)), "write_batch::del");
 }
 
+void write_batch::put_version(view_id view, int32_t partition, std::string_view key, int64_t timestamp, int64_t offset,
+                              std::optional<std::string_view> value) {
+  if (!impl_->family(view, "write_batch::put_version")) return;
+  if (!impl_->owner->versioned.count(view)) {
+    if (impl_->failed.ok())
+      impl_->failed = status::internal("write_batch::put_version: '" + impl_->owner->view_names[view] +
+                                       "' is not a versioned view");
+    return;
+  }
+  pending_version pv{view, partition, timestamp, offset, !value, 0, 0, 0, 0};
+  pv.key_at = static_cast<uint32_t>(impl_->arena.size());
+  pv.key_size = static_cast<uint32_t>(key.size());
+  impl_->arena.append(key);
+  pv.value_at = static_cast<uint32_t>(impl_->arena.size());
+  if (value) {
+    pv.value_size = static_cast<uint32_t>(value->size());
+    impl_->arena.append(*value);
+  }
+  impl_->versions.push_back(pv);
+}
+
 void write_batch::set_position(view_id view, int32_t partition, int64_t next_offset) {
   if (!impl_->family(view, "write_batch::set_position")) return;
   auto k = encode_position_key(impl_->owner->view_names[view], partition);
@@ -215,11 +240,15 @@ void write_batch::set_named_position(std::string_view name, int32_t partition, i
     impl_->stream_times.push_back({it->second, partition, next_offset});
 }
 
-size_t write_batch::operation_count() const { return static_cast<size_t>(impl_->batch.Count()); }
-size_t write_batch::byte_size() const { return impl_->batch.GetDataSize(); }
+size_t write_batch::operation_count() const {
+  return static_cast<size_t>(impl_->batch.Count()) + impl_->versions.size();
+}
+size_t write_batch::byte_size() const { return impl_->batch.GetDataSize() + impl_->arena.size(); }
 void write_batch::clear() {
   impl_->batch.Clear();
   impl_->stream_times.clear();
+  impl_->versions.clear();
+  impl_->arena.clear();
   impl_->failed = status::ok_status();
 }
 const status& write_batch::error() const { return impl_->failed; }
@@ -263,6 +292,16 @@ std::vector<write_batch::entry> write_batch::entries() const {
   d.owner = impl_->owner;
   auto s = impl_->batch.Iterate(&d);
   if (!s.ok()) throw std::runtime_error("write_batch::entries: " + s.ToString());
+  // Versions not placed yet: each as the record it is (its stored value, or a delete).
+  for (const auto& pv : impl_->versions) {
+    std::optional<std::string> value;
+    if (!pv.tombstone) {
+      const auto frame = frame_header(pv.offset);
+      value.emplace(frame.data(), frame.size());
+      value->append(impl_->arena, pv.value_at, pv.value_size);
+    }
+    d.out.push_back(entry{pv.view, pv.partition, impl_->arena.substr(pv.key_at, pv.key_size), std::move(value), {}});
+  }
   return std::move(d.out);
 }
 
@@ -399,6 +438,7 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     if (v.empty() || v.rfind("__kstate", 0) == 0) return status::invalid_argument("invalid view name '" + v + "'");
     ensure(v);
   }
+  for (const auto& [name, vs] : opts.versioned) ensure(name + versions_cf_suffix);
 
   std::map<std::string, std::shared_ptr<window_expiry>> expiry;
   for (const auto& [name, w] : opts.windowed) {
@@ -425,6 +465,19 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     ttl.emplace(name, std::move(state));
   }
 
+  std::map<std::string, std::shared_ptr<versioned_state>> versioned;
+  for (const auto& [name, vs] : opts.versioned) {
+    if (std::find(views.begin(), views.end(), name) == views.end())
+      return status::invalid_argument("versioned store '" + name + "' is not a configured view");
+    if (vs.history_ms <= 0) return status::invalid_argument("history of store '" + name + "' must be positive");
+    if (expiry.count(name) || ttl.count(name))
+      return status::invalid_argument("versioned store '" + name + "' cannot be windowed or have a ttl");
+    auto state = std::make_shared<versioned_state>();
+    state->history_ms = vs.history_ms;
+    state->stream_time_position = vs.stream_time_position;
+    versioned.emplace(name, std::move(state));
+  }
+
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   for (const auto& n : names) {
     auto it = opts.per_store.find(n);
@@ -437,6 +490,15 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
       // view nobody writes to any more still frees its expired keys. At least an hour,
       // so a short ttl does not rewrite the files all the time.
       cf.periodic_compaction_seconds = static_cast<uint64_t>(std::max<int64_t>(t->second->ttl_ms / 1000, 3600));
+    }
+    if (auto v = n.size() > std::strlen(versions_cf_suffix) && n.compare(n.size() - std::strlen(versions_cf_suffix),
+                                                                         std::string::npos, versions_cf_suffix) == 0
+                     ? versioned.find(n.substr(0, n.size() - std::strlen(versions_cf_suffix)))
+                     : versioned.end();
+        v != versioned.end()) {
+      cf.compaction_filter_factory = make_version_filter_factory(v->second);
+      // As for a ttl: files nobody rewrites still shed old versions, at most hourly.
+      cf.periodic_compaction_seconds = static_cast<uint64_t>(std::max<int64_t>(v->second->history_ms / 1000, 3600));
     }
     descs.emplace_back(n, std::move(cf));
   }
@@ -462,7 +524,10 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     descs.erase(std::remove_if(descs.begin(), descs.end(),
                                [&](const rocksdb::ColumnFamilyDescriptor& d) {
                                  return d.name != rocksdb::kDefaultColumnFamilyName && d.name != meta_cf_name &&
-                                        std::find(views.begin(), views.end(), d.name) == views.end();
+                                        std::find(views.begin(), views.end(), d.name) == views.end() &&
+                                        std::none_of(opts.versioned.begin(), opts.versioned.end(), [&](const auto& v) {
+                                          return d.name == v.first + versions_cf_suffix;
+                                        });
                                }),
                 descs.end());
     s = rocksdb::DB::Open(db_opts, opts.path, descs, &i->handles, &raw);
@@ -509,9 +574,16 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
   }
   for (auto& [name, state] : expiry) {
     const auto& position = opts.windowed.at(name).stream_time_position;
-    if (auto st = load_stream_times(*i->rdb, i->meta, name, position, *state); !st.ok()) return st;
+    if (auto st = load_stream_times(*i->rdb, i->meta, name, position, state->stream_time); !st.ok()) return st;
     i->expiry_by_position.emplace(position, state.get());
     i->expiry.emplace(i->by_name.at(name), std::move(state));
+  }
+  for (auto& [name, state] : versioned) {
+    if (auto st = load_stream_times(*i->rdb, i->meta, name, state->stream_time_position, state->stream_time); !st.ok())
+      return st;
+    state->cf = by_name.at(name + versions_cf_suffix);
+    i->versioned_by_position.emplace(state->stream_time_position, state.get());
+    i->versioned.emplace(i->by_name.at(name), std::move(state));
   }
   if (!i->expiry.empty() && opts.window_expiry_interval_ms > 0)
     i->start_expiry(std::chrono::milliseconds(opts.window_expiry_interval_ms));
@@ -578,7 +650,31 @@ status db::write(write_batch& batch) {
   wo.sync = false;
   // A batch missing an operation must not be applied: its positions would pass it.
   if (!batch.impl_->failed.ok()) return batch.impl_->failed;
-  auto s = from_rocks(impl_->rdb->Write(wo, &batch.impl_->batch), "write");
+  auto& b = *batch.impl_;
+  std::vector<published_stream_time> published;
+  if (!b.versions.empty()) {
+    // Placed now, against the state as written: the writes they depend on (earlier
+    // batches) are all in. Undone when the write fails, so a retry places them afresh.
+    b.batch.SetSavePoint();
+    if (auto p = place_versions(*impl_->rdb, impl_->meta, impl_->views, impl_->view_names, impl_->versioned, b.versions,
+                                b.arena, b.batch, published);
+        !p.ok()) {
+      if (auto r = b.batch.RollbackToSavePoint(); !r.ok()) return from_rocks(r, "undoing placed versions");
+      return p;
+    }
+  }
+  auto s = from_rocks(impl_->rdb->Write(wo, &b.batch), "write");
+  if (!b.versions.empty()) {
+    if (!s.ok()) {
+      if (auto r = b.batch.RollbackToSavePoint(); !r.ok()) return from_rocks(r, "undoing placed versions");
+    } else {
+      (void)b.batch.PopSavePoint();  // nothing to undo any more; a missing save point is harmless
+      for (const auto& p : published) {
+        std::lock_guard lock(p.state->mu);
+        p.state->stream_time[p.partition] = p.time;
+      }
+    }
+  }
   // Expiry follows stream time only once it is stored: a window is deleted from disk
   // only when the stored state says it has expired.
   if (s.ok())
@@ -687,6 +783,19 @@ result<view_stats> db::stats(view_id view) const {
     out.expired_windows = it->second->expired.load(std::memory_order_relaxed);
   if (auto it = impl_->ttl.find(view); it != impl_->ttl.end())
     out.expired_keys = it->second->expired.load(std::memory_order_relaxed);
+  if (auto it = impl_->versioned.find(view); it != impl_->versioned.end()) {
+    // The versions are part of the store's size (not of its keys).
+    auto add = [&](const std::string& name, uint64_t& v) {
+      uint64_t more = 0;
+      if (impl_->rdb->GetIntProperty(it->second->cf, name, &more)) v += more;
+    };
+    add(rocksdb::DB::Properties::kLiveSstFilesSize, out.live_sst_bytes);
+    add(rocksdb::DB::Properties::kTotalSstFilesSize, out.total_sst_bytes);
+    add(rocksdb::DB::Properties::kCurSizeAllMemTables, out.memtable_bytes);
+    add(rocksdb::DB::Properties::kEstimatePendingCompactionBytes, out.pending_compaction_bytes);
+    out.expired_versions = it->second->expired.load(std::memory_order_relaxed);
+    out.late_versions = it->second->late.load(std::memory_order_relaxed);
+  }
   return out;
 }
 

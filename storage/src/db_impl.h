@@ -25,6 +25,7 @@
 #include "core/status.h"
 #include "core/window.h"
 #include "storage/db.h"
+#include "versions.h"
 
 namespace kstate::storage {
 
@@ -81,10 +82,10 @@ std::shared_ptr<rocksdb::CompactionFilterFactory> make_ttl_filter_factory(std::s
 // decodes it), is not.
 bool value_expired(std::string_view stored, int64_t ttl_ms, int64_t now) noexcept;
 
-// Reads the stream times of windowed view `store`, stored under the named position
-// `position`, into `state`.
+// Reads the stream times of windowed or versioned view `store`, stored under the named
+// position `position`, into `stream_time` (by partition).
 status load_stream_times(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta, const std::string& store,
-                         const std::string& position, window_expiry& state);
+                         const std::string& position, std::map<int32_t, int64_t>& stream_time);
 
 // Every position of one partition of view `view` (its own and "<view>#..."), as read
 // through `ro`, ordered by name.
@@ -107,6 +108,10 @@ struct db::impl {
   std::map<view_id, std::shared_ptr<ttl_state>> ttl;
   std::vector<int64_t> ttl_ms;
   std::function<int64_t()> clock;  // never empty
+
+  // Versioned views by view id, and by the name of their stream-time position.
+  std::map<view_id, std::shared_ptr<versioned_state>> versioned;
+  std::map<std::string, versioned_state*, std::less<>> versioned_by_position;
 
   // Windowed views: retention state by view, and by the name of their stream-time position.
   std::map<view_id, std::shared_ptr<window_expiry>> expiry;

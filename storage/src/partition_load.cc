@@ -52,6 +52,8 @@ struct load_parts {
   rocksdb::ColumnFamilyHandle* cf;
   std::string view_name;
   const std::map<std::string, window_expiry*, std::less<>>* expiry_by_position;
+  const std::map<std::string, versioned_state*, std::less<>>* versioned_by_position;
+  rocksdb::ColumnFamilyHandle* versions_cf;  // a versioned view's versions; else null
 };
 
 class rocks_partition_loader final : public partition_loader {
@@ -61,10 +63,12 @@ class rocks_partition_loader final : public partition_loader {
 
   ~rocks_partition_loader() override {
     writer_.reset();
+    versions_writer_.reset();
     if (!committed_) {
       std::error_code ec;
       std::filesystem::remove(data_path_, ec);
       std::filesystem::remove(meta_path_, ec);
+      std::filesystem::remove(versions_path_, ec);
     }
   }
 
@@ -76,6 +80,7 @@ class rocks_partition_loader final : public partition_loader {
                 std::to_string(loader_serial.fetch_add(1));
     data_path_ = stem + ".data.sst";
     meta_path_ = stem + ".positions.sst";
+    versions_path_ = stem + ".versions.sst";
     writer_ = std::make_unique<rocksdb::SstFileWriter>(
         rocksdb::EnvOptions(), rocksdb::Options(owner_.rdb->GetDBOptions(), owner_.rdb->GetOptions(cf_)), cf_);
     return from_rocks(writer_->Open(data_path_), "opening '" + data_path_ + "'");
@@ -84,6 +89,26 @@ class rocks_partition_loader final : public partition_loader {
   status add(std::string_view key, std::string_view value) override {
     if (committed_ || !writer_) return status::internal("partition_loader: already committed");
     auto s = writer_->Put(encode_data_key(partition_, key), rocksdb::Slice(value.data(), value.size()));
+    if (!s.ok()) return from_rocks(s, "loading entry " + std::to_string(entries_ + 1));
+    ++entries_;
+    bytes_ += key.size() + value.size();
+    return status::ok_status();
+  }
+
+  status add_version(std::string_view key, std::string_view value) override {
+    if (committed_ || !writer_) return status::internal("partition_loader: already committed");
+    if (!owner_.versions_cf)
+      return status::invalid_argument("partition_loader: '" + owner_.view_name + "' keeps no versions");
+    if (!versions_writer_) {
+      versions_writer_ = std::make_unique<rocksdb::SstFileWriter>(
+          rocksdb::EnvOptions(),
+          rocksdb::Options(owner_.rdb->GetDBOptions(), owner_.rdb->GetOptions(owner_.versions_cf)), owner_.versions_cf);
+      if (auto s = versions_writer_->Open(versions_path_); !s.ok())
+        return from_rocks(s, "opening '" + versions_path_ + "'");
+    }
+    ++versions_;
+    auto s = versions_writer_->Put(version_prefix(partition_) + std::string(key),
+                                   rocksdb::Slice(value.data(), value.size()));
     if (!s.ok()) return from_rocks(s, "loading entry " + std::to_string(entries_ + 1));
     ++entries_;
     bytes_ += key.size() + value.size();
@@ -103,13 +128,20 @@ class rocks_partition_loader final : public partition_loader {
     if (!own) return status::invalid_argument("no position for view '" + view + "'");
 
     std::vector<rocksdb::IngestExternalFileArg> args;
-    if (entries_ > 0) {
+    if (entries_ > versions_) {
       if (auto s = writer_->Finish(); !s.ok()) return from_rocks(s, "finishing '" + data_path_ + "'");
       args.emplace_back();
       args.back().column_family = cf_;
       args.back().external_files = {data_path_};
     }
     writer_.reset();
+    if (versions_ > 0) {
+      if (auto s = versions_writer_->Finish(); !s.ok()) return from_rocks(s, "finishing '" + versions_path_ + "'");
+      args.emplace_back();
+      args.back().column_family = owner_.versions_cf;
+      args.back().external_files = {versions_path_};
+    }
+    versions_writer_.reset();
 
     std::vector<std::pair<std::string, std::string>> keyed;
     for (const auto& [name, offset] : positions)
@@ -135,8 +167,15 @@ class rocks_partition_loader final : public partition_loader {
     // rebuild it from the beginning; it is never served as caught up half-installed.
     rocksdb::WriteBatch clear;
     auto begin = encode_data_key(partition_, {});
-    auto end = partition_ == INT32_MAX ? std::string(5, '\xff') : encode_data_key(partition_ + 1, {});
+    // The last partition ends where versions begin (prefix with the top bit set).
+    auto end = partition_ == INT32_MAX ? std::string("\x80\x00\x00\x00", 4) : encode_data_key(partition_ + 1, {});
     if (auto s = clear.DeleteRange(cf_, begin, end); !s.ok()) return from_rocks(s, "clearing the partition");
+    if (owner_.versions_cf) {  // a versioned view's versions of the partition too
+      auto vbegin = version_prefix(partition_);
+      auto vend = partition_ == INT32_MAX ? std::string(5, '\xff') : version_prefix(partition_ + 1);
+      if (auto s = clear.DeleteRange(owner_.versions_cf, vbegin, vend); !s.ok())
+        return from_rocks(s, "clearing the partition");
+    }
     auto old = read_view_positions(*owner_.rdb, owner_.meta, rocksdb::ReadOptions(), view, partition_);
     if (!old.ok()) return old.error();
     for (const auto& [name, offset] : *old)
@@ -152,6 +191,14 @@ class rocks_partition_loader final : public partition_loader {
         std::lock_guard lock(it->second->mu);
         it->second->stream_time[partition_] = offset;
       }
+    // A versioned view's stream time is the copy's, or none when the copy has none.
+    for (const auto& [name, state] : *owner_.versioned_by_position) {
+      if (name.compare(0, view.size() + 1, view + "#") != 0) continue;
+      auto given = std::find_if(positions.begin(), positions.end(), [&](const auto& p) { return p.first == name; });
+      std::lock_guard lock(state->mu);
+      if (given == positions.end()) state->stream_time.erase(partition_);
+      else state->stream_time[partition_] = given->second;
+    }
     return status::ok_status();
   }
 
@@ -163,8 +210,10 @@ class rocks_partition_loader final : public partition_loader {
   view_id view_;
   int32_t partition_;
   rocksdb::ColumnFamilyHandle* cf_;
-  std::string data_path_, meta_path_;
+  std::string data_path_, meta_path_, versions_path_;
   std::unique_ptr<rocksdb::SstFileWriter> writer_;
+  std::unique_ptr<rocksdb::SstFileWriter> versions_writer_;  // opened by the first version
+  uint64_t versions_ = 0;                                    // of entries_
   uint64_t entries_ = 0;
   uint64_t bytes_ = 0;
   bool committed_ = false;
@@ -175,10 +224,12 @@ class rocks_partition_loader final : public partition_loader {
 result<std::unique_ptr<partition_loader>> db::load_partition(view_id view, int32_t partition) {
   if (view >= impl_->views.size()) return status::invalid_argument("load_partition: unknown view id");
   if (partition < 0) return status::invalid_argument("load_partition: negative partition");
-  auto loader =
-      std::make_unique<rocks_partition_loader>(load_parts{impl_->rdb.get(), impl_->meta, impl_->views[view],
-                                                          impl_->view_names[view], &impl_->expiry_by_position},
-                                               view, partition);
+  auto v = impl_->versioned.find(view);
+  rocksdb::ColumnFamilyHandle* versions_cf = v == impl_->versioned.end() ? nullptr : v->second->cf;
+  auto loader = std::make_unique<rocks_partition_loader>(
+      load_parts{impl_->rdb.get(), impl_->meta, impl_->views[view], impl_->view_names[view], &impl_->expiry_by_position,
+                 &impl_->versioned_by_position, versions_cf},
+      view, partition);
   if (auto s = loader->open(impl_->rdb->GetName() + "/bootstrap"); !s.ok()) return s;
   return std::unique_ptr<partition_loader>(std::move(loader));
 }

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "db_impl.h"
+#include "version_reads.h"
 #include "storage/key_codec.h"
 
 namespace kstate::storage {
@@ -16,7 +17,9 @@ std::pair<std::string, std::string> partition_bounds(int32_t partition, const st
                                                      const std::optional<std::string>& upper) {
   std::string begin = encode_data_key(partition, lower.value_or(std::string()));
   std::string end = upper ? encode_data_key(partition, *upper) : encode_data_key(partition + 1, {});
-  if (partition == INT32_MAX && !upper) end = std::string(5, '\xff');
+  // After the last partition come versioned views' versions (their prefix has the top
+  // bit set): a plain read of it stops before them.
+  if (partition == INT32_MAX && !upper) end = std::string("\x80\x00\x00\x00", 4);
   return {std::move(begin), std::move(end)};
 }
 
@@ -149,7 +152,8 @@ struct snapshot_parts {
   const std::vector<rocksdb::ColumnFamilyHandle*>* views;
   const std::vector<std::string>* view_names;
   const std::vector<int64_t>* ttl_ms;  // by view id; 0: no ttl
-  int64_t now;                         // the clock when the snapshot was taken
+  const std::map<view_id, std::shared_ptr<versioned_state>>* versioned;
+  int64_t now;  // the clock when the snapshot was taken
 };
 
 class rocks_snapshot final : public snapshot {
@@ -231,8 +235,36 @@ class rocks_snapshot final : public snapshot {
     return read_view_positions(*a_.rdb, a_.meta, options(), a_.view_names->at(view), partition);
   }
 
+  result<std::optional<int64_t>> history_start(view_id view, int32_t partition) const override {
+    auto it = a_.versioned->find(view);
+    if (it == a_.versioned->end())
+      return status::invalid_argument("'" + a_.view_names->at(view) + "' is not versioned");
+    return read_history_start(*a_.rdb, a_.meta, snap_, *it->second, partition);
+  }
+  result<std::optional<version>> version_at(view_id view, int32_t partition, std::string_view key,
+                                            int64_t time) const override {
+    return read_version_at(*a_.rdb, versions_cf(view), snap_, partition, key, time);
+  }
+  result<std::vector<version>> versions(view_id view, int32_t partition, std::string_view key, int64_t from, int64_t to,
+                                        int64_t not_before, size_t limit) const override {
+    return read_versions(*a_.rdb, versions_cf(view), snap_, partition, key, from, to, not_before, limit);
+  }
+  std::unique_ptr<partition_cursor> cursor_as_of(view_id view, int64_t time, bool descending,
+                                                 scan_use use) const override {
+    return make_as_of_cursor(*a_.rdb, versions_cf(view), snap_, time, descending, use);
+  }
+  std::unique_ptr<partition_iterator> scan_versions(view_id view, int32_t partition) const override {
+    return make_version_scan(*a_.rdb, versions_cf(view), snap_, partition);
+  }
+
  private:
   expiry expired(view_id view) const { return expiry{a_.ttl_ms->at(view), a_.now}; }
+  // The versions column family of a versioned view; a view without versions reads its
+  // own (where no version key ever is: every versioned read then finds nothing).
+  rocksdb::ColumnFamilyHandle* versions_cf(view_id view) const {
+    auto it = a_.versioned->find(view);
+    return it == a_.versioned->end() ? a_.views->at(view) : it->second->cf;
+  }
   rocksdb::ReadOptions options() const {
     rocksdb::ReadOptions ro;
     ro.snapshot = snap_;
@@ -247,8 +279,8 @@ class rocks_snapshot final : public snapshot {
 std::shared_ptr<const snapshot> db::read_snapshot() const {
   // The clock is read only when some view has a ttl.
   const int64_t now = impl_->ttl.empty() ? 0 : impl_->clock();
-  return std::make_shared<rocks_snapshot>(
-      snapshot_parts{impl_->rdb.get(), impl_->meta, &impl_->views, &impl_->view_names, &impl_->ttl_ms, now});
+  return std::make_shared<rocks_snapshot>(snapshot_parts{impl_->rdb.get(), impl_->meta, &impl_->views,
+                                                         &impl_->view_names, &impl_->ttl_ms, &impl_->versioned, now});
 }
 
 }  // namespace kstate::storage

@@ -59,8 +59,14 @@ status db::compact(view_id view) {
   rocksdb::CompactRangeOptions o;
   o.exclusive_manual_compaction = false;  // automatic compactions go on meanwhile
   o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
-  return from_rocks(impl_->rdb->CompactRange(o, impl_->views[view], nullptr, nullptr),
-                    "compacting '" + impl_->view_names[view] + "'");
+  auto s = from_rocks(impl_->rdb->CompactRange(o, impl_->views[view], nullptr, nullptr),
+                      "compacting '" + impl_->view_names[view] + "'");
+  // A versioned view's versions too: their compaction filter deletes those that left
+  // the history.
+  if (auto v = impl_->versioned.find(view); s.ok() && v != impl_->versioned.end())
+    s = from_rocks(impl_->rdb->CompactRange(o, v->second->cf, nullptr, nullptr),
+                   "compacting the versions of '" + impl_->view_names[view] + "'");
+  return s;
 }
 
 }  // namespace kstate::storage

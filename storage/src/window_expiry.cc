@@ -74,7 +74,7 @@ std::shared_ptr<rocksdb::CompactionFilterFactory> make_window_expiry_filter_fact
 }
 
 status load_stream_times(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta, const std::string& store,
-                         const std::string& position, window_expiry& state) {
+                         const std::string& position, std::map<int32_t, int64_t>& stream_time) {
   // Stream times as stored: "pos" 0x00 name 0x00 partition (4 bytes).
   auto prefix = encode_position_key(position, 0);
   prefix.resize(prefix.size() - 4);
@@ -84,7 +84,7 @@ status load_stream_times(rocksdb::DB& rdb, rocksdb::ColumnFamilyHandle* meta, co
     if (k.size() != prefix.size() + 4) continue;
     auto part = decode_data_key(std::string_view(k.data() + prefix.size(), 4));
     auto t = decode_offset(std::string_view(it->value().data(), it->value().size()));
-    if (part && t) state.stream_time[part->partition] = *t;
+    if (part && t) stream_time[part->partition] = *t;
   }
   return from_rocks(it->status(), "reading stream times of '" + store + "'");
 }

@@ -121,6 +121,26 @@ TEST_CASE("view options are checked by the configuration's rules, naming the key
     o.views[1].window->inactivity_gap = "30m";
     CHECK(node::create(o).ok());
   }
+  SUBCASE("join") {
+    auto o = valid();
+    view_options j;
+    j.name = "orders_customers";
+    j.kind = view_kind::join;
+    j.topic = "orders";
+    o.views.push_back(j);
+    CHECK(contains(refusal(o), "views[2].join: is required for kind join"));
+    o.views[2].join = join_options{.type = "left"};
+    CHECK(contains(refusal(o), "views[2].join.right: is required: the topic of the right table"));
+    o.views[2].join->right = "customers";
+    o.views[2].join->type = "cross";
+    CHECK(contains(refusal(o), "views[2].join.type: must be one of: inner, left, outer (got 'cross')"));
+    o.views[2].join->type = "left";
+    o.views[2].join->select = {{.side = "", .field = "amount", .as = "amount"}};
+    CHECK(contains(refusal(o), "views[2].join.select[0].side: is required: left or right"));
+    o.views[2].join->select = {{.side = "left", .field = "amount", .as = "amount"},
+                               {.side = "right", .field = "name", .as = "customer"}};
+    CHECK(node::create(o).ok());
+  }
   SUBCASE("reduce and fields") {
     auto o = valid();
     o.views[1].kind = view_kind::reduce;

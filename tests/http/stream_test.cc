@@ -339,6 +339,18 @@ TEST_CASE("async: a streamed reply from another thread") {
   CHECK(res.body() == expected_lines(10));
 }
 
+// A plain socket connected to the server, for clients that close or reset at a chosen
+// moment.
+static int raw_connect(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
 TEST_CASE("stream: a client closing while the source has nothing to send releases the source at once") {
   // A source that keeps the server's request for a piece and never answers it, as a
   // change subscription does between heartbeats.
@@ -360,12 +372,7 @@ TEST_CASE("stream: a client closing while the source has nothing to send release
     r.stream = std::make_shared<silent_source>(probe);
     reply(std::move(r));
   });
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(srv.port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const int fd = raw_connect(srv.port());
   const std::string req = "GET /feed HTTP/1.1\r\nHost: x\r\n\r\n";
   REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
   char buf[512];
@@ -374,6 +381,34 @@ TEST_CASE("stream: a client closing while the source has nothing to send release
   CHECK_FALSE(probe->destroyed.load());
   ::close(fd);
   CHECK(wait_for([&] { return probe->destroyed.load(); }, 20s));
+}
+
+TEST_CASE("stream: clients closing while a large piece is being written never harm the server") {
+  // Each piece is larger than the socket buffers, so a write is in flight when the
+  // client goes away: the stream must end through that write's failure.
+  auto probe = std::make_shared<counting_source::probe>();
+  running_server srv({}, [probe](const request&) {
+    response r;
+    r.stream = std::make_shared<counting_source>(probe, 1'000, 8u << 20);
+    return r;
+  });
+  for (int i = 0; i < 20; ++i) {
+    const int fd = raw_connect(srv.port());
+    const std::string req = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n";
+    REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+    char buf[4096];
+    REQUIRE(::recv(fd, buf, sizeof buf, 0) > 0);
+    if (i % 2 == 0) {
+      linger l{1, 0};  // a reset rather than an orderly close
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    }
+    ::close(fd);
+    REQUIRE(wait_for([&] { return probe->destroyed.load(); }, 20s));
+    probe->destroyed = false;
+  }
+  // Still serving.
+  wire_client c(srv.port());
+  REQUIRE(!c.send(get("/small")));
 }
 
 TEST_CASE("async: a handler that drops its responder uncalled yields a 500 problem") {

@@ -447,3 +447,80 @@ TEST_CASE("a key expired before a rebuild from the topic stays expired after it,
     }
   }
 }
+
+TEST_CASE("a versioned view gets every record as a version, out of order and in one batch alike") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kstate-ingest-versioned-" + std::to_string(std::random_device{}()));
+  std::filesystem::remove_all(dir);
+  std::vector<view_def> views{view_def{.name = "hist",
+                                       .topic = "t",
+                                       .value_format = data_format::string,
+                                       .dead_letter_topic = "dlq",
+                                       .versioned = versioned_spec{10'000, 1'000}},
+                              view_def{.name = "latest", .topic = "t", .value_format = data_format::string}};
+  storage::db_options o{.path = dir.string()};
+  o.versioned["hist"] = storage::versioned_store{10'000, stream_time_position_name(views[0])};
+  auto db = std::move(storage::db::open(o, {"hist", "latest"}).value());
+  const int64_t now = 1'000'000;
+  auto b = std::move(batch_builder::create(*db, views, default_max_json_depth, [] { return now; }).value());
+  // Model: key -> (timestamp -> value, nullopt for a tombstone), and the latest-only view's
+  // value (the last record applied, whatever its timestamp).
+  std::map<std::string, std::map<int64_t, std::optional<std::string>>> model;
+  std::map<std::string, std::optional<std::string>> last;
+  std::mt19937 rng(3);
+  int64_t offset = 0;
+  std::vector<std::string> values;  // the records' bytes outlive the batch
+  values.reserve(400);
+  for (int batch = 0; batch < 20; ++batch) {
+    for (int i = 0; i < 20; ++i) {
+      const std::string key = "k" + std::to_string(rng() % 4);
+      const int64_t ts = now - 5'000 + static_cast<int64_t>(rng() % 4'000);  // never too late, often out of order
+      values.push_back(rng() % 5 == 0 ? std::string() : "v" + std::to_string(offset));
+      std::optional<std::string_view> v;
+      if (!values.back().empty()) v = values.back();
+      record r{"t", 0, offset++, key, v};
+      r.timestamp = ts;
+      b->add(r);
+      model[key][ts] = v ? std::optional<std::string>(std::string(*v)) : std::nullopt;
+      last[key] = model[key][ts];
+    }
+    REQUIRE(db->write(b->batch()).ok());
+    b->reset();
+  }
+  // Refused with a reason, counted, dead-lettered: no timestamp, or too far ahead.
+  record none{"t", 0, offset++, "k0", "x"};
+  b->add(none);
+  record ahead{"t", 0, offset++, "k0", "y"};
+  ahead.timestamp = now + 1'001;
+  b->add(ahead);
+  REQUIRE(b->take().rejections.size() == 2);
+
+  auto hist = *db->find_view("hist");
+  auto snap = db->read_snapshot();
+  for (const auto& [key, versions] : model) {
+    for (int64_t t = now - 5'100; t < now; t += 37) {
+      auto got = snap->version_at(hist, 0, key, t);
+      REQUIRE(got.ok());
+      auto v = versions.upper_bound(t);
+      if (v == versions.begin()) {
+        CHECK_FALSE(got->has_value());
+        continue;
+      }
+      --v;
+      REQUIRE(got->has_value());
+      CHECK((*got)->valid_from == v->first);
+      CHECK((*got)->value.has_value() == v->second.has_value());
+      if (v->second) CHECK(unframe_value(*(*got)->value)->value == *v->second);
+    }
+    // The latest value is the newest by timestamp, not the last applied.
+    auto latest = db->get(hist, 0, key);
+    const auto& newest = versions.rbegin()->second;
+    CHECK(latest->value.has_value() == newest.has_value());
+    if (newest) CHECK(unframe_value(*latest->value)->value == *newest);
+    auto plain = db->get(*db->find_view("latest"), 0, key);
+    CHECK(plain->value.has_value() == last[key].has_value());
+  }
+  snap.reset();
+  db.reset();
+  std::filesystem::remove_all(dir);
+}

@@ -354,3 +354,117 @@ TEST_CASE("an aggregate's changes come from its changelog: counts and windows, s
   CHECK(snap == windows);
   CHECK(ks.terminate() == 0);
 }
+
+TEST_CASE("a join's changes are its joined values, a session view's its sessions, merges as deletions") {
+  auto left = unique_name("snap-left"), right = unique_name("snap-right"), clicks = unique_name("snap-clicks");
+  create_topic(left, 3);
+  create_topic(right, 3);
+  create_topic(clicks, 2);
+  auto dir = temp_dir("snap-join");
+  kstate_process ks(
+      unique_name("snap-join-app"),
+      {{"j", left, "json", "", "string", "kind: join, join: {type: left, right: " + right + "}"},
+       {"s", clicks, "json", "", "string", "kind: count, window: {type: session, inactivity_gap: 10s, grace: 1h}"}},
+      dir, "processing_guarantee: exactly_once\n");
+  ks.start();
+  ks.wait_ready();
+
+  // The model of a left join: each left key with its value and the right value of the
+  // same key (null when none).
+  std::map<std::string, json> lefts, rights;
+  auto model = [&] {
+    std::map<std::string, json> out;
+    for (const auto& [k, l] : lefts) out[k] = json{{"left", l}, {"right", rights.count(k) ? rights[k] : json()}};
+    return out;
+  };
+  const int64_t t0 =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count() -
+      600'000;
+  std::vector<produced> l1, r1;
+  for (int i = 0; i < 20; ++i) {
+    const auto k = "k" + std::to_string(i);
+    lefts[k] = json{{"n", i}};
+    l1.push_back({k, lefts[k].dump(), t0});
+    if (i % 2 == 0) {
+      rights[k] = json{{"r", i}};
+      r1.push_back({k, rights[k].dump()});
+    }
+  }
+  // Sessions of "a": t0, t0+1s, t0+2s (out of order): one session of 3. "b": t0 and
+  // t0+20s: two sessions, bridged later.
+  std::vector<produced> c1{
+      {"a", "{}", t0 + 1'000}, {"a", "{}", t0 + 2'000}, {"a", "{}", t0}, {"b", "{}", t0}, {"b", "{}", t0 + 20'000}};
+  produce_bytes(left, l1);
+  produce_bytes(right, r1);
+  produce_bytes(clicks, c1);
+  auto joined = [&] { return read_store(ks.port(), "j"); };
+  REQUIRE(wait_for([&] { return joined() == model(); }, std::chrono::seconds(60)));
+
+  // The join: its snapshot is the model, then its changes keep it so.
+  sse_stream j(ks.port(), "/v1/stores/j/changes?snapshot=true", "");
+  std::map<std::string, json> state;
+  auto apply = [&](const event& e) {
+    const auto k = e.data["key"].get<std::string>();
+    if (e.data["deleted"].get<bool>()) state.erase(k);
+    else state[k] = e.data["value"];
+  };
+  auto first = read_until(
+      j, [](const std::vector<event>& ev) { return ev.back().type == "start"; }, std::chrono::seconds(60));
+  for (const auto& e : first)
+    if (e.type == "snapshot") apply(e);
+  CHECK(state == model());
+  // The session view's snapshot: a's one session and b's two, each [start, last + 1).
+  sse_stream s(ks.port(), "/v1/stores/s/changes?snapshot=true", "");
+  std::map<std::pair<std::string, int64_t>, std::pair<int64_t, int64_t>> sessions;  // (key, start) -> (end, count)
+  auto apply_session = [&](const event& e) {
+    std::pair<std::string, int64_t> id{e.data["key"].get<std::string>(), e.data["start"].get<int64_t>()};
+    if (e.data["deleted"].get<bool>()) sessions.erase(id);
+    else sessions[id] = {e.data["end"].get<int64_t>(), e.data["value"].get<int64_t>()};
+  };
+  auto sfirst = read_until(
+      s, [](const std::vector<event>& ev) { return ev.back().type == "start"; }, std::chrono::seconds(60));
+  for (const auto& e : sfirst)
+    if (e.type == "snapshot") apply_session(e);
+  using session_map = std::map<std::pair<std::string, int64_t>, std::pair<int64_t, int64_t>>;
+  session_map want_sessions{
+      {{"a", t0}, {t0 + 2'001, 3}}, {{"b", t0}, {t0 + 1, 1}}, {{"b", t0 + 20'000}, {t0 + 20'001, 1}}};
+  CHECK(sessions == want_sessions);
+
+  // Changes on both sides (a right value for an odd key, a right deletion, a left
+  // deletion), and a click of b at t0+10s, which bridges its two sessions.
+  rights["k1"] = json{{"r", 100}};
+  rights.erase("k2");
+  lefts.erase("k3");
+  produce_bytes(right, {{"k1", rights["k1"].dump()}, {"k2", std::nullopt}});
+  produce_bytes(left, {{"k3", std::nullopt}});
+  produce_bytes(clicks, {{"b", "{}", t0 + 10'000}});
+  read_until(
+      j,
+      [&](const std::vector<event>& ev) {
+        if (ev.back().type == "change") apply(ev.back());
+        return state == model();
+      },
+      std::chrono::seconds(60));
+  CHECK(state == model());
+  want_sessions.erase({"b", t0 + 20'000});
+  want_sessions[{"b", t0}] = {t0 + 20'001, 3};
+  read_until(
+      s,
+      [&](const std::vector<event>& ev) {
+        if (ev.back().type == "change") apply_session(ev.back());
+        return sessions == want_sessions;
+      },
+      std::chrono::seconds(60));
+  auto describe = [&](const session_map& m) {
+    std::string out;
+    for (const auto& [id, v] : m)
+      out += id.first + "@" + std::to_string(id.second - t0) + ":" + std::to_string(v.first - t0) + "=" +
+             std::to_string(v.second) + " ";
+    return out;
+  };
+  INFO("got " << describe(sessions));
+  INFO("want " << describe(want_sessions));
+  CHECK(sessions == want_sessions);
+  CHECK(ks.terminate() == 0);
+}

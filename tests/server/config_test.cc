@@ -602,3 +602,47 @@ TEST_CASE("invalid join configs: one clear error naming the key") {
                     std::string::npos,
                 c.error().message());
 }
+
+TEST_CASE("versioned: a history per table view, max_future 24h by default, rendered and read back, never with a ttl") {
+  auto c = parse_config(R"(
+application_id: app
+bootstrap_servers: b
+views:
+  - {name: a, topic: t, versioned: {history: 7d}}
+  - {name: b, topic: t, versioned: {history: 1500, max_future: 1m}}
+  - {name: c, topic: t}
+)");
+  REQUIRE_MESSAGE(c.ok(), c.error().message());
+  REQUIRE(c->views[0].versioned);
+  CHECK(c->views[0].versioned->history_ms == 7 * 86'400'000LL);
+  CHECK(c->views[0].versioned->max_future_ms == 86'400'000);
+  CHECK(c->views[1].versioned->history_ms == 1500);
+  CHECK(c->views[1].versioned->max_future_ms == 60'000);
+  CHECK(!c->views[2].versioned);
+  auto again = parse_config(render_config(*c));
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  CHECK(again->views[0].versioned->history_ms == 7 * 86'400'000LL);
+  CHECK(again->views[1].versioned->max_future_ms == 60'000);
+  CHECK(!again->views[2].versioned);
+
+  struct row {
+    const char* view;
+    const char* expected;
+  };
+  const row rows[] = {
+      {"{name: v, topic: t, versioned: 7d}", "views[0].versioned: must be a map: {history: 7d, max_future: 24h}"},
+      {"{name: v, topic: t, versioned: {}}", "views[0].versioned.history: is required"},
+      {"{name: v, topic: t, versioned: {history: later}}", "views[0].versioned.history: 'later' is not a duration"},
+      {"{name: v, topic: t, versioned: {history: 0ms}}", "views[0].versioned.history: must be positive"},
+      {"{name: v, topic: t, versioned: {history: 1h, keep: 3}}", "views[0].versioned.keep: unknown key"},
+      {"{name: v, topic: t, kind: count, versioned: {history: 1h}}", "views[0].versioned: applies to table views only"},
+      {"{name: v, topic: t, ttl: {after: 1h}, versioned: {history: 1h}}",
+       "views[0].versioned: cannot be combined with ttl"},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.view);
+    auto bad = parse_config(std::string("application_id: a\nbootstrap_servers: b\nviews: [") + r.view + "]", "t.yaml");
+    REQUIRE_FALSE(bad.ok());
+    CHECK_MESSAGE(bad.error().message().find(r.expected) != std::string::npos, bad.error().message());
+  }
+}

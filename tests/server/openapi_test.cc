@@ -132,7 +132,7 @@ std::set<std::string> minus(const std::set<std::string>& a, const std::set<std::
 std::map<int, kstate::server::failure_info> problem_table() {
   std::map<int, kstate::server::failure_info> out;
   for (int r = static_cast<int>(failure_reason::unknown_store);
-       r <= static_cast<int>(failure_reason::subscription_capacity); ++r) {
+       r <= static_cast<int>(failure_reason::version_history_gone); ++r) {
     auto info = kstate::server::describe(static_cast<failure_reason>(r));
     out.emplace(info.error_code, info);
   }
@@ -221,7 +221,7 @@ TEST_CASE("each route's query parameters are the ones the spec declares") {
 
 TEST_CASE("the Problem schema's error_code enum is the problem table") {
   const auto table = problem_table();
-  REQUIRE(table.size() == static_cast<size_t>(failure_reason::subscription_capacity) + 1);  // codes are unique
+  REQUIRE(table.size() == static_cast<size_t>(failure_reason::version_history_gone) + 1);  // codes are unique
   const json& problem = resolve(spec().at("components").at("schemas").at("Problem"));
   std::set<int> in_spec;
   for (const auto& c : problem.at("properties").at("error_code").at("enum")) in_spec.insert(c.get<int>());

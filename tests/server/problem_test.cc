@@ -52,9 +52,10 @@ TEST_CASE("problem: every failure_reason maps to its status, error_code and body
       {failure_reason::bad_peer, "bad_peer", 401, 2},
       {failure_reason::history_gone, "history_gone", 410, 1},
       {failure_reason::subscription_capacity, "subscription_capacity", 503, 9},
+      {failure_reason::version_history_gone, "version_history_gone", 410, 2},
   };
-  // Every enumerator is in the table above: subscription_capacity is the last one.
-  CHECK(std::size(rows) == static_cast<std::size_t>(failure_reason::subscription_capacity) + 1);
+  // Every enumerator is in the table above: version_history_gone is the last one.
+  CHECK(std::size(rows) == static_cast<std::size_t>(failure_reason::version_history_gone) + 1);
 
   for (const auto& row : rows) {
     CAPTURE(row.name);

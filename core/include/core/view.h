@@ -79,6 +79,16 @@ struct join_spec {
   std::vector<join_field> select;
 };
 
+// A versioned table view keeps, besides the latest value of each key, its earlier
+// versions by record timestamp: those valid at some time within `history_ms` of the
+// partition's stream time (largest record timestamp applied). docs/configuration.md.
+struct versioned_spec {
+  int64_t history_ms = 0;  // > 0
+  // A record timestamped more than this ahead of the wall clock is rejected (counted,
+  // dead-lettered) and never moves stream time. >= 0. Default 24 h.
+  int64_t max_future_ms = 24LL * 3600 * 1000;
+};
+
 struct view_def {
   // Store name, used in URLs (/v1/stores/{name}) and as the RocksDB column family.
   std::string name;
@@ -102,6 +112,9 @@ struct view_def {
   std::string dead_letter_topic;
   // Table views only: keys expire this long after their last update; nullopt: never.
   std::optional<ttl_spec> ttl;
+  // Table views only: keep versions of each key for as-of reads; nullopt: latest only.
+  // Not combined with ttl.
+  std::optional<versioned_spec> versioned;
 
   // --- aggregate views only ---
   group_by_kind group_by = group_by_kind::key;
@@ -143,7 +156,7 @@ struct view_def {
   bool is_join() const noexcept { return kind == view_kind::join; }
 };
 
-// Name of the stored position holding a windowed view's stream time per partition
+// Name of the stored position holding a windowed or versioned view's stream time per partition
 // (written by ingest with the state, read by queries to hide expired windows).
 inline std::string stream_time_position_name(const view_def& v) { return v.name + "#stream_time"; }
 

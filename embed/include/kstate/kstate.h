@@ -99,7 +99,7 @@ using position = std::map<int32_t, int64_t>;
 // ---------------------------------------------------------------------------------
 
 /// The kinds of view (YAML `kind`).
-enum class view_kind { table, count, sum, reduce, aggregate };
+enum class view_kind { table, count, sum, reduce, aggregate, join };
 /// How keys or values are read and rendered (YAML `key_format`, `value_format`).
 enum class data_format { string, json, bytes };
 
@@ -114,6 +114,23 @@ struct window_options {
   std::string retention;          ///< empty: the default
   std::string time_field;         ///< dotted path of the event time in the value; empty: the record timestamp
   std::string max_future;         ///< empty: the default
+};
+
+/// A join view's join (YAML `join`; docs/configuration.md#join-views): `topic` is the
+/// left table, `right` the right one, joined on the key.
+struct join_options {
+  std::string type;               ///< inner (default), left or outer
+  std::string right;              ///< the right table's topic; required
+  std::string right_partitioner;  ///< empty: the view's partitioner
+  std::string left_name;          ///< the left value's member; empty: "left"
+  std::string right_name;         ///< the right value's member; empty: "right"
+  /// Instead of both values: these fields, in this order (YAML `select`).
+  struct field {
+    std::string side;   ///< left or right
+    std::string field;  ///< dotted path in that side's value
+    std::string as;     ///< member name in the joined value
+  };
+  std::vector<field> select;
 };
 
 /// One view (YAML: an entry of `views`). Empty strings and unset optionals mean "not
@@ -137,6 +154,8 @@ struct view_options {
   std::map<std::string, std::string> changelog_configs;
   std::optional<bool> cache;
   std::optional<window_options> window;
+  /// kind join: the join (required for it).
+  std::optional<join_options> join;
 };
 
 /// A node: one instance of a kstate group (YAML: the top level). Everything the YAML
@@ -182,6 +201,9 @@ struct read_options {
   /// Longest min_position wait; nullopt: query.default_wait_ms.
   std::optional<std::chrono::milliseconds> timeout;
   routing route = routing::forward;
+  /// Versioned stores (`versioned` in the view's configuration), get() and range()
+  /// only: the values as of this time, ms since the epoch; nullopt: the latest.
+  std::optional<int64_t> as_of;
 };
 
 /// A stored entry: a key, its value and the record that wrote it.
@@ -199,6 +221,9 @@ struct key_result {
   int64_t offset = -1;    ///< -1 when absent
   position pos;           ///< the key's partition's position
   std::string served_by;  ///< the instance that answered
+  /// With read_options::as_of and a value: when the version answered became valid, and
+  /// when it stopped (nullopt: it is still the latest).
+  std::optional<int64_t> valid_from, valid_to;
 };
 
 /// The answer for many keys.

@@ -27,6 +27,9 @@ enum class failure_reason {
   not_active,           // the key's partition is not assigned to this instance
   not_up_to_date,       // assigned here but still catching up (restoring)
   store_exception,      // storage failed
+  // A versioned store asked as of a time before the history it keeps (its partition's
+  // stream time minus the history): the answer is unknown, not absent. Don't retry.
+  history_unavailable,
 };
 
 const char* to_string(failure_reason r) noexcept;
@@ -36,6 +39,9 @@ struct key_query {
   std::string key;  // serialized key bytes, exactly as producers wrote them
   // The key's partition when the caller located it already (locate()); else computed.
   std::optional<int32_t> partition;
+  // Versioned stores: the value valid at this time (ms since the epoch) rather than the
+  // latest.
+  std::optional<int64_t> as_of;
 };
 
 struct key_answer {
@@ -43,6 +49,10 @@ struct key_answer {
   int64_t offset = -1;               // offset of the record that wrote the value
   int32_t partition = -1;
   position pos;  // the key's partition -> next offset reflected
+  // key_query::as_of answers: the version's validity, [valid_from, valid_to), when one
+  // was valid (valid_to nullopt: still valid). A tombstone valid then answers absent
+  // with its validity.
+  std::optional<int64_t> valid_from, valid_to;
 };
 
 // The answer to a query, or why there is none. Never both, never neither.
@@ -90,6 +100,8 @@ struct range_query {
   // from this instance's copy of it (a former owner's, a standby's, or its own while it
   // catches up), failing not_active when there is none.
   bool from_copies = false;
+  // Versioned stores: the keys and values as they were at this time (ms since the epoch).
+  std::optional<int64_t> as_of;
 };
 
 struct range_entry {
@@ -188,6 +200,30 @@ struct window_range_answer {
   position pos;
 };
 
+// The versions of one key of a versioned store valid at some time in [from, to), newest
+// first, at most `limit` of them.
+struct version_query {
+  std::string store;
+  std::string key;                   // serialized key bytes
+  std::optional<int32_t> partition;  // the key's partition, when the caller located it
+  int64_t from = 0;
+  int64_t to = 0;
+  size_t limit = 100;
+};
+struct version_entry {
+  int64_t valid_from;
+  std::optional<int64_t> valid_to;   // nullopt: still valid
+  std::optional<std::string> value;  // nullopt: a tombstone (no value from valid_from on)
+  int64_t offset;                    // offset of the record that wrote it
+};
+struct version_answer {
+  std::vector<version_entry> versions;
+  bool more = false;  // older versions overlapping [from, to) exist beyond the limit
+  int32_t partition = -1;
+  position pos;
+  std::optional<int64_t> history_start;  // the earliest time answered; nullopt: no version yet
+};
+
 struct partition_info {
   int32_t partition;
   bool assigned;
@@ -216,8 +252,10 @@ class engine {
   // partitioner), or nullopt when the store or the partition count is unknown.
   std::optional<std::pair<std::string, int32_t>> locate(std::string_view store, std::string_view key) const;
 
-  // Latest value of a key. Fails with not_active / not_up_to_date rather than answer
-  // "absent" for a partition this instance does not hold current.
+  // Latest value of a key, or with `as_of` (versioned stores) the value valid then. Fails
+  // with not_active / not_up_to_date rather than answer "absent" for a partition this
+  // instance does not hold current, and with history_unavailable for an `as_of` before
+  // the partition's history.
   query_result<key_answer> get(const key_query& q) const;
 
   // The key from this instance's own copy of its partition, whoever owns it (a former
@@ -240,6 +278,11 @@ class engine {
   query_result<std::unique_ptr<range_stream>> open_range(const range_query& q, storage::scan_use use) const;
   // A page of at most `limit` entries of open_range(q).
   query_result<range_answer> range(const range_query& q, size_t limit) const;
+
+  // Versions of a key of a versioned store, from one snapshot. Fails history_unavailable
+  // when [from, to) lies wholly before the partition's history; a `from` before it is
+  // raised to it (what precedes it is not known).
+  query_result<version_answer> versions(const version_query& q) const;
 
   // Windows of a key of a windowed store, from one snapshot. Windows expired at the
   // partition's stream time (core/window.h) are never answered, whether or not
@@ -304,6 +347,16 @@ class engine {
   // partition never applied here is not_active.
   query_result<key_answer> read_key(storage::view_id view, int32_t partition, std::string_view key,
                                     bool need_copy) const;
+  // Fails unless `store` is versioned and each of `partitions` knows what was valid at
+  // `as_of` (it is not before the partition's history): a partition that does not makes
+  // a page unknown, not shorter.
+  template <typename T>
+  std::optional<query_result<T>> check_history(const storage::snapshot& snap, const std::string& store,
+                                               storage::view_id view, const std::vector<int32_t>& partitions,
+                                               int64_t as_of) const;
+  // A versioned key's value at `as_of`, with the partition's position, from one snapshot.
+  query_result<key_answer> read_key_as_of(storage::view_id view, int32_t partition, std::string_view key, int64_t as_of,
+                                          bool need_copy) const;
 };
 
 }  // namespace kstate::query

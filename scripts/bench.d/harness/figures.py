@@ -61,7 +61,8 @@ class Harness:
         run(["mvn", "-q", "-B", "-f", BD / "streams" / "pom.xml", "package", "dependency:copy-dependencies",
              "-DskipTests"], stdout=subprocess.DEVNULL)
         missing = [pkg for tool, pkg in (("wrk", "wrk"), ("h2load", "nghttp2-client")) if not shutil.which(tool)]
-        if missing:
+        # Only the sections that send lookups need the load generators.
+        if missing and self.sections & {"lookups", "latency", "appends", "full-ingest", "forwarded"}:
             # The load generators, from Debian like everything else.
             log(f"installing {' '.join(missing)}")
             sudo = [] if os.geteuid() == 0 else ["sudo"]
@@ -420,6 +421,10 @@ class Harness:
     def wordcount(self):
         from .wordcount import run_wordcount
         run_wordcount(self)
+
+    def join(self):
+        from .join import run_join
+        run_join(self)
 
     def rocks_limit(self, kstate_state):
         copy = self.work / "state-copy"

@@ -15,6 +15,9 @@ ROWS = [
     ("ingest wall time from start (s)", "ingest_wall_s", None),
     ("word count (input lines/s)", "wordcount_lps", None),
     ("word count CPU-s per M lines", "wordcount_cpu_s_per_m", None),
+    ("join x3 (input records/s from start)", "join_rps", None),
+    ("join x3 CPU-s per M input records", "join_cpu_s_per_m", None),
+    ("join x3 wall time from start (s)", "join_wall_s", None),
     ("lookups uniform (req/s, 64 conns)", "lookup_rps", "limit"),
     ("  store limit: RocksDB Get/s (2 thr)", "lookup_rps", "limit_store"),
     ("lookups skewed (req/s)", "lookup_zipf_rps", None),
@@ -122,6 +125,9 @@ def report(h):
         lines.append(f"{title:38} {'' if sub else fmt(k):>12} {'' if sub else fmt(s):>14} {fmt(l):>12} "
                      f"{('' if sub else f'{r1:.2f}' if r1 is not None else '-'):>10} "
                      f"{(f'{r2:.2f}' if r2 is not None else '-'):>12}")
+    for key in ("join_rps", "join_cpu_s_per_m", "join_wall_s"):
+        if key in result and h.r[key].get("kafka_streams_no_cache"):
+            result[key]["kafka_streams_no_cache"] = med(key, "kafka_streams_no_cache")
     fwd = getattr(h, "fwd", None)
     if fwd is not None or "forwarded" in h.sections:
         result["forwarded_lookup_rps"] = (
@@ -134,29 +140,45 @@ def report(h):
             result[key] = {s: med(key, s) for s in ("kstate", "kafka_streams", "limit")}
     if getattr(h, "front_end", None):
         result["kafka_streams_front_end"] = h.front_end
-    for attr in ("rate", "body_bytes", "prefill_rps", "wordcount_check"):
+    for attr in ("rate", "body_bytes", "prefill_rps", "wordcount_check", "join_check"):
         if getattr(h, attr, None) is not None:
             result[{"rate": "fixed_rate_offered_rps", "body_bytes": "lookup_body_bytes"}.get(attr, attr)] = getattr(h, attr)
     result["mode"] = "quick" if h.a.quick else "full"
     result["sections"] = sorted(h.sections)
     result["config"] = {k: getattr(h.a, k) for k in ("records", "keys", "partitions", "repeats", "ingest_repeats",
                                                      "restart_repeats", "empty_repeats", "duration", "warmup",
-                                                     "append_rate", "sample", "lines")}
+                                                     "append_rate", "sample", "lines", "join_records",
+                                                     "join_keys", "join_repeats")}
     result["machine"] = machine()
     result["load"] = {name: list(v) for name, v in h.loads}
     result["notes"] = h.notes
     result["versions"] = versions()
     result["raw"] = h.r
     print()
-    print(f"kstate benchmark ({result['mode']}: {h.a.records:,} records, {h.a.keys:,} keys, "
-          f"{h.a.partitions} partitions; medians of {h.a.repeats} lookup runs of {h.a.duration}s, "
-          f"{h.a.ingest_repeats} ingest runs; sections: {', '.join(sorted(h.sections))})")
+    if getattr(h, "end", None) is not None:
+        print(f"kstate benchmark ({result['mode']}: {h.a.records:,} records, {h.a.keys:,} keys, "
+              f"{h.a.partitions} partitions; medians of {h.a.repeats} lookup runs of {h.a.duration}s, "
+              f"{h.a.ingest_repeats} ingest runs; sections: {', '.join(sorted(h.sections))})")
+    else:  # no table was filled: only the sections with topics of their own ran
+        print(f"kstate benchmark ({result['mode']}: {h.a.partitions} partitions; "
+              f"sections: {', '.join(sorted(h.sections))})")
     print("\n".join(lines))
     if getattr(h, "rate", None):
         print(f"fixed rate offered: {h.rate:,.0f} req/s (half of the lower maximum)")
     if "lookup_404_ratio" in result:
         r = result["lookup_404_ratio"]
         print(f"404 ratio of uniform lookups: kstate {fmt(r['kstate'])}, Kafka Streams {fmt(r['kafka_streams'])}")
+    if getattr(h, "join_check", None):
+        c = h.join_check
+        nc = {fig: med(fig, "kafka_streams_no_cache") for fig in ("join_rps", "join_cpu_s_per_m", "join_wall_s")}
+        if nc["join_rps"] is not None:
+            print(f"join x3, Kafka Streams with its record cache off: {fmt(nc['join_rps'])} input records/s, "
+                  f"{fmt(nc['join_cpu_s_per_m'])} CPU-s per M, {fmt(nc['join_wall_s'])} s from start")
+        print(f"join: {c['input_records']:,} input records; rows "
+              f"{', '.join(f'{t} {n:,}' for t, n in c['rows'].items())}; kstate equal to the input's joins; "
+              f"Kafka Streams with its record cache off identical to kstate: "
+              f"{c.get('identical_to_kafka_streams_no_cache', False)}; stale inner rows of Kafka Streams with "
+              f"its default cache, per run: {c.get('kafka_streams_stale_inner_rows')}")
     print(f"load average: {', '.join(f'{n} {v[0]:.1f}' for n, v in h.loads)}")
     for n in h.notes:
         print("note:", n)

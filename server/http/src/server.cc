@@ -738,6 +738,7 @@ class session : public session_base {
     sres_->body().more = true;
     ssr_.emplace(*sres_);
     set_deadline(st_->cfg.read_timeout);
+    stream_writing_ = true;
     bhttp::async_write_header(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
     watch_client(++stream_generation_);
   }
@@ -765,10 +766,15 @@ class session : public session_base {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return watch_client(generation);
     }
     log()->debug("request {}: the client closed its connection during a streamed response", cur_.request_id);
+    // A write in flight uses the serializer: closing the socket ends it with an error,
+    // and its handler releases the stream. Otherwise the stream waits for its source,
+    // and nothing in flight refers to what is released.
+    if (stream_writing_) return close();
     abort_stream("client gone");
   }
 
   void on_stream_write(beast::error_code ec, std::size_t) {
+    stream_writing_ = false;
     if (ec == bhttp::error::need_buffer) ec = {};  // the piece was written; the serializer wants the next one
     if (ec) {
       // The client went away or stopped reading past the deadline: not a server error.
@@ -830,6 +836,7 @@ class session : public session_base {
     body.size = piece_.size();
     body.more = p.more;  // false: the serializer appends the last chunk after this piece
     set_deadline(st_->cfg.read_timeout);
+    stream_writing_ = true;
     bhttp::async_write(stream_, *ssr_, beast::bind_front_handler(&session::on_stream_write, self()));
   }
 
@@ -937,6 +944,7 @@ class session : public session_base {
   int empty_pieces_ = 0;
   bool stream_close_after_ = false;
   uint64_t stream_generation_ = 0;  // numbers the streams of the connection (watch_client)
+  bool stream_writing_ = false;     // a write of the stream's header or a piece is in flight
   phase phase_ = phase::reading;
   bool close_after_response_ = false;
   std::array<char, 8192> drain_buf_{};

@@ -45,6 +45,7 @@ enum class failure_reason {
   bad_peer,               // 401, 40102  (X-Kstate-Hop without a valid peer signature)
   history_gone,           // 410, 41001  (a change subscription's position is older than the topic holds)
   subscription_capacity,  // 503, 50309  (query.max_subscriptions change subscriptions are open)
+  version_history_gone,   // 410, 41002  (as_of before the history a versioned store keeps)
 };
 // New reasons go last: tests walk the enumerators up to the last one.
 

@@ -18,6 +18,7 @@ outcome cluster(const state&, const call&);
 outcome get_key(const state&, const call&);
 outcome key_metadata(const state&, const call&);
 outcome key_windows(const state&, const call&);
+outcome key_versions(const state&, const call&);
 outcome batch_get(const state&, const call&);
 
 // ranges.cc: ranges of keys (pages and streams), windows across keys, counts

@@ -55,6 +55,13 @@ std::string key_answer(const state& st, const call& c, const view_def& v, const 
   if (lag) b += ",\"stale\":true";
   b += ",\"store\":";
   append_json_string(b, c.store);
+  if (a.valid_from) {  // an as_of answer: the version's validity
+    b += ",\"valid_from\":";
+    append_int(b, *a.valid_from);
+    b += ",\"valid_to\":";
+    if (a.valid_to) append_int(b, *a.valid_to);
+    else b += "null";
+  }
   b += ",\"value\":";
   append_rendered_value(b, v.value_format, *a.value);
   b += '}';
@@ -103,11 +110,16 @@ http::response absent_key(const state& st, const call& c, const std::string& det
   return r;
 }
 
+// The detail of a 404 for an as_of lookup.
+std::string absent_then(int64_t as_of) {
+  return "no value for this key at " + std::to_string(as_of) + " (no version, or a tombstone, was valid then)";
+}
+
 // An answer from this instance's own copy of the key's partition (a former owner's or a
 // standby's), marked stale with its lag; nullopt when there is no copy here.
 std::optional<http::response> stale_answer(const state& st, const call& c, const view_def& v, const std::string& key,
-                                           int32_t partition) {
-  auto res = st.ctx.queries->get_stale({c.store, key, partition});
+                                           int32_t partition, std::optional<int64_t> as_of) {
+  auto res = st.ctx.queries->get_stale({c.store, key, partition, as_of});
   if (!res.ok()) return std::nullopt;
   const auto& a = res.answer();
   int64_t pos = a.pos.at(a.partition).value_or(0);
@@ -115,7 +127,8 @@ std::optional<http::response> stale_answer(const state& st, const call& c, const
   if (st.ctx.high_watermark)
     if (auto hw = st.ctx.high_watermark(v.topic, a.partition)) lag = std::max<int64_t>(0, *hw - pos);
   if (!a.value)
-    return absent_key(st, c, "no value for this key in this instance's stale copy", a, &lag)
+    return absent_key(st, c, as_of ? absent_then(*as_of) : "no value for this key in this instance's stale copy", a,
+                      &lag)
         .with_header("X-Kstate-Stale", "true");
   http::response r;
   r.body = key_answer(st, c, v, key, a, &lag);
@@ -125,17 +138,20 @@ std::optional<http::response> stale_answer(const state& st, const call& c, const
 
 // The lookup of a key held here (the min_position wait, if any, is over).
 http::response read_key(const state& st, const call& c, const view_def& v, const std::string& key, int32_t partition,
-                        bool allow_stale) {
-  auto res = st.ctx.queries->get({c.store, key, partition});
+                        bool allow_stale, std::optional<int64_t> as_of) {
+  auto res = st.ctx.queries->get({c.store, key, partition, as_of});
   if (!res.ok()) {
     // Held here but catching up (or revoked since): a stale copy if the caller takes one.
-    if (allow_stale && res.failure() != query::failure_reason::store_exception)
-      if (auto s = stale_answer(st, c, v, key, partition)) return std::move(*s);
+    if (allow_stale && res.failure() != query::failure_reason::store_exception &&
+        res.failure() != query::failure_reason::history_unavailable)
+      if (auto s = stale_answer(st, c, v, key, partition, as_of)) return std::move(*s);
     return from_failure(res.failure(), res.message(), c.path());
   }
   const auto& a = res.answer();
   // The absence is as fresh as the position: say which.
-  if (!a.value) return absent_key(st, c, "no value for this key in store '" + c.store + "'", a, nullptr);
+  if (!a.value)
+    return absent_key(st, c, as_of ? absent_then(*as_of) : "no value for this key in store '" + c.store + "'", a,
+                      nullptr);
   http::response r;
   r.body = key_answer(st, c, v, key, a, nullptr);
   r.with_header("X-Kstate-Position", position_header(a.pos));
@@ -169,17 +185,20 @@ outcome get_key(const state& st, const call& c) {
   if (!k.ok()) return std::move(k).error();
   const view_def& v = *k->view;  // NOLINT(clang-analyzer-core.uninitialized.Assign): k is ok here
   if (v.window) return windowed_store_problem(c, "/windows/{key}");
+  auto as_of_param = as_of_of(c, v);
+  if (!as_of_param.ok()) return std::move(as_of_param).error();
+  const std::optional<int64_t> as_of = *as_of_param;
   const int32_t p = k->partition;
   const bool allow_stale = c.r().param("allow_stale") == "true";
   if (allow_stale && !c.from_peer)
     if (auto ps = st.ctx.ownership->partition(v.topic, p); ps && ps->assigned && !ps->ready) {
       // Held here but catching up, and no copy of it here yet (a new instance): another
       // instance's copy, if one answers; else this instance's own refusal.
-      if (!stale_answer(st, c, v, k->key, p))
+      if (!stale_answer(st, c, v, k->key, p, as_of))
         if (auto copies = copy_holders(st, v.topic, p, std::nullopt); !copies.empty()) {
           // Caught up meanwhile: this instance's own answer after all.
-          auto own = [&st, c, v = &v, key = k->key, p]() -> std::optional<http::response> {
-            auto r = read_key(st, c, *v, key, p, true);
+          auto own = [&st, c, v = &v, key = k->key, p, as_of]() -> std::optional<http::response> {
+            auto r = read_key(st, c, *v, key, p, true, as_of);
             if (r.status == 503) return std::nullopt;
             return r;
           };
@@ -190,21 +209,21 @@ outcome get_key(const state& st, const call& c) {
     }
   if (held_here(st, v.topic, p)) {
     // Only the key's partition matters to this answer.
-    return local_plan{bound_for(c, {p}), true, [&st, c, v = &v, key = std::move(k->key), p, allow_stale] {
-                        return read_key(st, c, *v, key, p, allow_stale);
+    return local_plan{bound_for(c, {p}), true, [&st, c, v = &v, key = std::move(k->key), p, allow_stale, as_of] {
+                        return read_key(st, c, *v, key, p, allow_stale, as_of);
                       }};
   }
   if (!c.from_peer)
     if (auto owner = owner_of(st, v.topic, p)) {
       forward_plan f{*owner, {}, {}};
       if (allow_stale) {
-        f.stale = [&st, c, v = &v, key = k->key, p] { return stale_answer(st, c, *v, key, p); };
+        f.stale = [&st, c, v = &v, key = k->key, p, as_of] { return stale_answer(st, c, *v, key, p, as_of); };
         f.copies = copy_holders(st, v.topic, p, owner);
       }
       return f;
     }
   if (allow_stale) {
-    if (auto s = stale_answer(st, c, v, k->key, p)) return std::move(*s);
+    if (auto s = stale_answer(st, c, v, k->key, p, as_of)) return std::move(*s);
     // No owner to ask (a rebalance under way) and no copy here: another instance's copy.
     if (!c.from_peer)
       if (auto copies = copy_holders(st, v.topic, p, std::nullopt); !copies.empty()) {
@@ -270,6 +289,82 @@ outcome key_windows(const state& st, const call& c) {
                       append_int(b, a.stream_time);
                       b += '}';
                       if (b.size() > max_bytes) return too_large();
+                      r.with_header("X-Kstate-Position", position_header(a.pos));
+                      return r;
+                    }};
+}
+
+outcome key_versions(const state& st, const call& c) {
+  auto k = key_of(st, c);
+  if (!k.ok()) return std::move(k).error();
+  const view_def& v = *k->view;  // NOLINT(clang-analyzer-core.uninitialized.Assign): k is ok here
+  if (v.window) return windowed_store_problem(c, "/windows/{key}");
+  if (!v.versioned)
+    return problem(failure_reason::bad_request,
+                   "store '" + c.store +
+                       "' keeps only the latest value of each key; set versioned: {history: ...} on the view to keep "
+                       "its versions",
+                   c.path());
+  auto interval = interval_of(c);
+  if (!interval.ok()) return std::move(interval).error();
+  auto limit = limit_of(st, c);
+  if (!limit.ok()) return std::move(limit).error();
+  const int32_t p = k->partition;
+  if (!held_here(st, v.topic, p)) {
+    if (!c.from_peer)
+      if (auto owner = owner_of(st, v.topic, p)) return forward_plan{*owner, {}, {}};
+    return not_held_problem(c, v, p);
+  }
+  // Bounded by the limit: cheap enough for the I/O thread, as a lookup is.
+  return local_plan{{}, true, [&st, c, v = &v, key = std::move(k->key), p, interval = *interval, limit = *limit] {
+                      auto res = st.ctx.queries->versions({c.store, key, p, interval.first, interval.second, limit});
+                      if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
+                      const auto& a = res.answer();
+                      // {data, history_start, key, metadata, partition, position, served_by, store}
+                      http::response r;
+                      std::string& b = r.body;
+                      b += "{\"data\":[";
+                      for (std::size_t i = 0; i < a.versions.size(); ++i) {
+                        const auto& e = a.versions[i];
+                        if (i) b += ',';
+                        b += "{\"deleted\":";
+                        b += e.value ? "false" : "true";
+                        b += ",\"offset\":";
+                        append_int(b, e.offset);
+                        b += ",\"valid_from\":";
+                        append_int(b, e.valid_from);
+                        b += ",\"valid_to\":";
+                        if (e.valid_to) append_int(b, *e.valid_to);
+                        else b += "null";
+                        b += ",\"value\":";
+                        if (e.value) append_rendered_value(b, v->value_format, *e.value);
+                        else b += "null";
+                        b += '}';
+                      }
+                      b += "],\"history_start\":";
+                      if (a.history_start) append_int(b, *a.history_start);
+                      else b += "null";
+                      b += ",\"key\":";
+                      append_rendered_key(b, v->key_format, key);
+                      // The next page: the same interval ending where the last version began.
+                      b += ",\"metadata\":{\"next\":";
+                      if (a.more && !a.versions.empty()) append_int(b, a.versions.back().valid_from);
+                      else b += "null";
+                      b += "},\"partition\":";
+                      append_int(b, a.partition);
+                      b += ",\"position\":";
+                      append_position(b, a.pos);
+                      b += ",\"served_by\":";
+                      append_json_string(b, st.ctx.instance);
+                      b += ",\"store\":";
+                      append_json_string(b, c.store);
+                      b += '}';
+                      if (b.size() > st.ctx.limits.max_response_bytes)
+                        return problem(failure_reason::answer_too_large,
+                                       "these versions exceed query.max_response_bytes (" +
+                                           std::to_string(st.ctx.limits.max_response_bytes) +
+                                           " bytes); ask for a smaller limit",
+                                       c.path());
                       r.with_header("X-Kstate-Position", position_header(a.pos));
                       return r;
                     }};

@@ -105,6 +105,20 @@ param<std::pair<int64_t, int64_t>> interval_of(const call& c) {
   return out;
 }
 
+param<std::optional<int64_t>> as_of_of(const call& c, const view_def& v) {
+  auto text = c.r().param("as_of");
+  if (!text) return std::optional<int64_t>();
+  if (!v.versioned)
+    return problem(failure_reason::bad_request,
+                   "as_of: store '" + v.name +
+                       "' keeps only the latest value of each key; set versioned: {history: ...} on the view to read "
+                       "earlier ones",
+                   c.path());
+  auto t = parse_timestamp_ms(*text);
+  if (!t.ok()) return problem(failure_reason::bad_request, "as_of: " + t.error().message(), c.path());
+  return std::optional<int64_t>(t.value());
+}
+
 param<std::optional<wait_bound>> min_position_of(const state& st, const http::request& req, int32_t partition_count) {
   auto text = req.param("min_position");
   if (!text) text = req.header("x-kstate-min-position");

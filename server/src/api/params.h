@@ -47,6 +47,9 @@ param<bool> descending_of(const call& c);
 // [from, to) of a window query, ms: epoch ms or RFC 3339; from defaults to the epoch,
 // to to unbounded.
 param<std::pair<int64_t, int64_t>> interval_of(const call& c);
+// `as_of` (epoch ms or RFC 3339): nullopt when absent; on a store that is not versioned,
+// a 400 naming the `versioned` setting.
+param<std::optional<int64_t>> as_of_of(const call& c, const view_def& v);
 
 // min_position ("p:o[,p:o...]", or the X-Kstate-Min-Position header) and timeout_ms:
 // nullopt when not given. A partition at or beyond `partition_count` (the store's

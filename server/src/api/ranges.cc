@@ -220,6 +220,11 @@ param<range_request> range_request_of(const state& st, const call& c, bool windo
     if (!desc.ok()) return std::move(desc).error();
     rr.q.descending = *desc;
     rr.fingerprint = keys_fingerprint(c.store, *desc, rr.q.from, rr.q.to, rr.q.prefix);
+    auto as_of = as_of_of(c, v);
+    if (!as_of.ok()) return std::move(as_of).error();
+    rr.q.as_of = *as_of;
+    // Bound into the cursor: a page cannot continue at another time than it began.
+    if (rr.q.as_of) rr.fingerprint += "as_of=" + std::to_string(*rr.q.as_of);
   }
   auto limit = limit_of(st, c);
   if (!limit.ok()) return std::move(limit).error();

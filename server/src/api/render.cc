@@ -113,6 +113,8 @@ http::response from_failure(query::failure_reason r, std::string_view message, s
     case query::failure_reason::unknown_query_store: return problem(failure_reason::unknown_store, message, path);
     case query::failure_reason::not_active: return problem(failure_reason::not_owner, message, path);
     case query::failure_reason::not_up_to_date: return problem(failure_reason::not_caught_up, message, path);
+    case query::failure_reason::history_unavailable:
+      return problem(failure_reason::version_history_gone, message, path);
     case query::failure_reason::store_exception: break;
   }
   // Storage failures are logged by the caller; the client sees what to quote.

@@ -46,6 +46,18 @@ struct windowed_store {
   std::string stream_time_position;
 };
 
+// A versioned table view: besides the latest value of each key (where plain reads find
+// it), every version of it, by record timestamp, written with write_batch::put_version.
+// Its partitions' stream times (largest record timestamp applied) are the named position
+// `stream_time_position`. Versions valid at some time within `history_ms` of their
+// partition's stream time are kept; a compaction filter deletes the older ones. The
+// versions live in a column family of their own, "<view>#versions" (created at open,
+// with the default store options), so the view's plain reads pay nothing for them.
+struct versioned_store {
+  int64_t history_ms = 0;  // > 0
+  std::string stream_time_position;
+};
+
 struct db_options {
   // Directory holding the RocksDB files. Created (mode 0700) when missing.
   std::string path;
@@ -71,6 +83,8 @@ struct db_options {
   // (no time) never expire. The view's files are compacted at least every
   // max(ttl, 1 h) (RocksDB's periodic compaction), so expired keys also leave the disk.
   std::map<std::string, int64_t> ttl_ms;
+  // Versioned views by view name. Such a view cannot also have a ttl or be windowed.
+  std::map<std::string, versioned_store> versioned;
   // The wall clock the time to live is measured by, ms since the epoch; empty: the
   // system clock. Called from any thread. Tests inject their own.
   std::function<int64_t()> clock;
@@ -103,6 +117,15 @@ class write_batch {
   void put(view_id view, int32_t partition, std::string_view key, std::string_view value_head,
            std::string_view value_tail);
   void del(view_id view, int32_t partition, std::string_view key);
+  // A versioned view (db_options::versioned): the record at `offset` with `timestamp`
+  // (ms) sets `key` to `value` (nullopt: a tombstone) from that time on. db::write()
+  // places it among the key's versions, in the order put_version() was called: a
+  // timestamp older than the latest version's becomes a version in the middle of the
+  // history and leaves the latest value alone; an equal timestamp replaces that version.
+  // A timestamp older than the partition's stream time minus the history is too late to
+  // place: it is dropped and counted (view_stats::late_versions).
+  void put_version(view_id view, int32_t partition, std::string_view key, int64_t timestamp, int64_t offset,
+                   std::optional<std::string_view> value);
   // Records that after this batch the view's state reflects `partition` up to (but not
   // including) `next_offset`.
   void set_position(view_id view, int32_t partition, int64_t next_offset);
@@ -124,6 +147,8 @@ class write_batch {
 
   // What the batch holds, decoded from the underlying RocksDB batch (for tests and
   // diagnostics). `value` is nullopt for deletes; `position` is set for position records.
+  // Versions (put_version) come last, each as a put (or delete) of its key, in the
+  // order given, whatever db::write() will make of them.
   struct entry {
     view_id view;
     int32_t partition;
@@ -141,7 +166,8 @@ class write_batch {
 };
 
 // RocksDB's view of one column family (the properties Kafka Streams reports per store,
-// KIP-471).
+// KIP-471). A versioned view's byte figures include its versions' column family; its
+// estimated keys are those of the latest values.
 struct view_stats {
   uint64_t estimated_keys = 0;            // rocksdb.estimate-num-keys
   uint64_t live_sst_bytes = 0;            // rocksdb.live-sst-files-size
@@ -152,6 +178,8 @@ struct view_stats {
   uint64_t running_flushes = 0;           // rocksdb.num-running-flushes (whole DB)
   uint64_t expired_windows = 0;           // windowed views: windows deleted by retention since open
   uint64_t expired_keys = 0;              // views with a ttl: expired keys deleted by compaction since open
+  uint64_t expired_versions = 0;          // versioned views: versions deleted by compaction since open
+  uint64_t late_versions = 0;             // versioned views: records dropped as too late to place since open
 };
 
 // Whole-database figures.
@@ -170,6 +198,15 @@ struct db_stats {
 struct get_result {
   std::optional<std::string> value;  // nullopt: key absent
   std::optional<int64_t> position;   // the partition's position, read at the same point
+};
+
+// One version of a key of a versioned view: its value from `valid_from` (inclusive,
+// ms) until `valid_to` (exclusive).
+struct version {
+  int64_t valid_from = 0;
+  std::optional<int64_t> valid_to;   // nullopt: still valid (the latest version)
+  std::optional<std::string> value;  // the stored value, as get() returns it; nullopt: a tombstone
+  int64_t offset = -1;               // offset of the record that wrote it (a tombstone's too)
 };
 
 // Iterates one partition's keys of one view within bounds, in key byte order (or its
@@ -229,6 +266,27 @@ class snapshot {
   // view's stream time), ordered by name. Empty when the partition holds no state.
   virtual result<std::vector<std::pair<std::string, int64_t>>> view_positions(view_id view,
                                                                               int32_t partition) const = 0;
+
+  // --- versioned views (db_options::versioned) ---
+  // The earliest time the partition's history answers for: its stream time minus the
+  // history; nullopt when no version was written to it yet. Versions valid only before
+  // it may still be on disk (compaction deletes them later); the readers below never
+  // return them when given a time at or after it.
+  virtual result<std::optional<int64_t>> history_start(view_id view, int32_t partition) const = 0;
+  // The version of `key` valid at `time`, tombstones included; nullopt when none was.
+  virtual result<std::optional<version>> version_at(view_id view, int32_t partition, std::string_view key,
+                                                    int64_t time) const = 0;
+  // The versions of `key` valid at some time in [from, to) and not ending at or before
+  // `not_before`, newest first, at most `limit` of them.
+  virtual result<std::vector<version>> versions(view_id view, int32_t partition, std::string_view key, int64_t from,
+                                                int64_t to, int64_t not_before, size_t limit) const = 0;
+  // A cursor over the keys that had a value at `time` (a tombstone then: skipped), each
+  // with that value, in key order; seek() it to each partition as cursor() is.
+  virtual std::unique_ptr<partition_cursor> cursor_as_of(view_id view, int64_t time, bool descending,
+                                                         scan_use use) const = 0;
+  // The stored versions of one partition, raw, in stored order (for copies:
+  // partition_loader::add_version).
+  virtual std::unique_ptr<partition_iterator> scan_versions(view_id view, int32_t partition) const = 0;
 };
 
 // Installs one partition of one view from a copy made elsewhere (a snapshot of another
@@ -247,6 +305,9 @@ class partition_loader {
   // Adds one entry; keys must ascend strictly (in byte order). Fails on disk errors and
   // on a key out of order.
   virtual status add(std::string_view key, std::string_view value) = 0;
+  // A versioned view's stored version, as snapshot::scan_versions() gives it; after
+  // every add(), in ascending order.
+  virtual status add_version(std::string_view key, std::string_view value) = 0;
   // Installs what was added with `positions`: (name, next offset) pairs, each named
   // after the view or "<view>#...". At least the view's own position is required.
   virtual status commit(const std::vector<std::pair<std::string, int64_t>>& positions) = 0;
@@ -337,9 +398,10 @@ class db {
   // db_options::window_expiry_interval_ms calls it too.
   result<int> expire_windows();
 
-  // Compacts the whole column family of a view now, down to its last level: its
-  // compaction filters run over every file (expired keys of a view with a ttl, expired
-  // windows, leave the disk). Blocks until done.
+  // Compacts the whole column family of a view now (and a versioned view's versions),
+  // down to its last level: its compaction filters run over every file (expired keys of
+  // a view with a ttl, expired windows, versions that left the history, leave the disk).
+  // Blocks until done.
   status compact(view_id view);
 
   // Flushes memtables (used on clean shutdown so restart replays no WAL).

@@ -425,6 +425,50 @@ function entryId(c: Change): string {
   return JSON.stringify([c.key, c.start ?? null]);
 }
 
+// The test ids of a table of entries (current values) or of changes.
+type ChangeIds = { table: string; row: string; key: string; value: string };
+const CURRENT_IDS: ChangeIds = { table: 'live-current', row: 'live-current-row', key: 'live-current-key', value: 'live-current-value' };
+const CHANGE_IDS: ChangeIds = { table: 'live-table', row: 'live-row', key: 'live-key', value: 'live-value' };
+
+// Entries or changes of a live view: key, window (windowed stores), value (or
+// "deleted"), partition, offset.
+function ChangeTable({ changes, windowed, valueTitle, ids }: { changes: Change[]; windowed: boolean; valueTitle: string; ids: ChangeIds }) {
+  return (
+    <div class="table-wrap">
+      <table class="table kv" data-testid={ids.table}>
+        <thead>
+          <tr>
+            <th>Key</th>
+            {windowed && <th>Window</th>}
+            <th>{valueTitle}</th>
+            <th class="num">Partition</th>
+            <th class="num">Offset</th>
+          </tr>
+        </thead>
+        <tbody>
+          {changes.map((c) => (
+            <tr class="kv-row" data-testid={ids.row}>
+              <td class="kv-key" data-testid={ids.key}>
+                <KeyText k={c.key} />
+              </td>
+              {windowed && (
+                <td class="mono small" data-testid="live-window">
+                  {c.start_time ?? ''}
+                </td>
+              )}
+              <td class="kv-value" data-testid={ids.value}>
+                {c.deleted ? <span class="tag">deleted</span> : <Json value={c.value} pretty={false} />}
+              </td>
+              <td class="num">{c.partition}</td>
+              <td class="num">{fmt.int(c.offset)}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
 function LiveCard({ store }: { store: Store }) {
   const windowed = isWindowed(store);
   const [mode, setMode] = useState<LiveMode>('prefix');
@@ -510,11 +554,6 @@ function LiveCard({ store }: { store: Store }) {
       <span class="tag">{state}…</span>
     );
   const selection = (): LiveSelection => (mode === 'key' ? { mode, key } : mode === 'prefix' ? { mode, prefix } : { mode, from, to });
-  const windowCell = (c: Change) => (
-    <td class="mono small" data-testid="live-window">
-      {c.start_time ?? ''}
-    </td>
-  );
   const rows = [...current.values()].slice(0, LIVE_CURRENT_MAX);
 
   return (
@@ -523,6 +562,14 @@ function LiveCard({ store }: { store: Store }) {
         class="form-row"
         onSubmit={(e) => {
           e.preventDefault();
+          // What the previous subscription showed goes in the same render as the new
+          // one starts: never a "live" state or rows that are not of this one.
+          setState('connecting');
+          setPosition('');
+          setChanges([]);
+          setCurrent(new Map());
+          setSeen(0);
+          setEnded(null);
           setFollowing({ sel: selection(), format, snapshot });
         }}
       >
@@ -592,34 +639,7 @@ function LiveCard({ store }: { store: Store }) {
               {rows.length === 0 ? (
                 <p class="empty">No entry of the selection.</p>
               ) : (
-                <div class="table-wrap">
-                  <table class="table kv" data-testid="live-current">
-                    <thead>
-                      <tr>
-                        <th>Key</th>
-                        {windowed && <th>Window</th>}
-                        <th>Value</th>
-                        <th class="num">Partition</th>
-                        <th class="num">Offset</th>
-                      </tr>
-                    </thead>
-                    <tbody>
-                      {rows.map((c) => (
-                        <tr class="kv-row" data-testid="live-current-row">
-                          <td class="kv-key" data-testid="live-current-key">
-                            <KeyText k={c.key} />
-                          </td>
-                          {windowed && windowCell(c)}
-                          <td class="kv-value" data-testid="live-current-value">
-                            <Json value={c.value} pretty={false} />
-                          </td>
-                          <td class="num">{c.partition}</td>
-                          <td class="num">{fmt.int(c.offset)}</td>
-                        </tr>
-                      ))}
-                    </tbody>
-                  </table>
-                </div>
+                <ChangeTable changes={rows} windowed={windowed} valueTitle="Value" ids={CURRENT_IDS} />
               )}
               <h3 class="live-sub">Latest changes</h3>
             </>
@@ -627,34 +647,7 @@ function LiveCard({ store }: { store: Store }) {
           {changes.length === 0 ? (
             <p class="empty">No change of the selection yet; new ones appear here as they are applied.</p>
           ) : (
-            <div class="table-wrap">
-              <table class="table kv" data-testid="live-table">
-                <thead>
-                  <tr>
-                    <th>Key</th>
-                    {windowed && <th>Window</th>}
-                    <th>New value</th>
-                    <th class="num">Partition</th>
-                    <th class="num">Offset</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {changes.map((c) => (
-                    <tr class="kv-row" data-testid="live-row">
-                      <td class="kv-key" data-testid="live-key">
-                        <KeyText k={c.key} />
-                      </td>
-                      {windowed && windowCell(c)}
-                      <td class="kv-value" data-testid="live-value">
-                        {c.deleted ? <span class="tag">deleted</span> : <Json value={c.value} pretty={false} />}
-                      </td>
-                      <td class="num">{c.partition}</td>
-                      <td class="num">{fmt.int(c.offset)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <ChangeTable changes={changes} windowed={windowed} valueTitle="New value" ids={CHANGE_IDS} />
           )}
         </>
       ) : (

@@ -29,6 +29,8 @@ import org.apache.kafka.common.utils.Utils;
  *     N updates of existing keys as fast as the producer goes (a backlog).
  *   Fill lines bootstrap=B topic=T keys=V records=N countfile=F seed=X
  *     N lines of text over a vocabulary of V words, for the word count (see lines()).
+ *   Fill join bootstrap=B left=L right=R records=N keys=K partitions=P statefile=F seed=X
+ *     two tables for the join views, N records on each side (see join()).
  *
  * Keys are 16 bytes ("k" + 15 digits); values are 100-byte JSON documents that are
  * already compact with sorted keys, i.e. what kstate prints back byte for byte.
@@ -102,6 +104,101 @@ public final class Fill {
     return records;
   }
 
+  /** A random JSON document of one side: a few members of every JSON type, some nested. */
+  static String joinValue(SplittableRandom rnd, char side, long id, long seq) {
+    StringBuilder b = new StringBuilder(160).append("{\"side\":\"").append(side).append("\",\"id\":").append(id)
+        .append(",\"seq\":").append(seq);
+    if (rnd.nextInt(3) > 0) b.append(",\"amount\":").append(rnd.nextInt(1_000_000) / 100.0);
+    if (rnd.nextBoolean()) {
+      b.append(",\"name\":\"");
+      String alphabet = "abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789";
+      for (int i = rnd.nextInt(24); i > 0; i--) {
+        int c = rnd.nextInt(alphabet.length() + 3);
+        if (c < alphabet.length()) b.append(alphabet.charAt(c));
+        else if (c == alphabet.length()) b.append("\\\"");  // an escaped quote
+        else if (c == alphabet.length() + 1) b.append("\u00e9");  // é, escaped
+        else b.append('\u00fc');  // ü, as UTF-8
+      }
+      b.append('"');
+    }
+    if (rnd.nextInt(4) == 0) b.append(",\"flag\":").append(rnd.nextInt(3) == 0 ? "null" : rnd.nextBoolean());
+    if (rnd.nextInt(3) == 0) {
+      b.append(",\"tags\":[");
+      for (int i = rnd.nextInt(4); i > 0; i--) b.append(rnd.nextInt(1000)).append(i > 1 ? "," : "");
+      b.append(']');
+    }
+    if (rnd.nextInt(4) == 0)
+      b.append(",\"address\":{\"city\":\"c").append(rnd.nextInt(500)).append("\",\"geo\":{\"x\":")
+          .append(rnd.nextInt(2001) - 1000).append(",\"y\":").append(rnd.nextLong()).append("}}");
+    return b.append('}').toString();
+  }
+
+  /**
+   * Two tables for the join views: `records` records on each side, interleaved, over ids
+   * 0..keys-1. The left side draws its keys from the first three quarters of the ids,
+   * the right side from the last three, so half of the keys can have both sides, a
+   * quarter only a left one and a quarter only a right one. One record in eight is a
+   * tombstone (also of keys that have no value yet). Then, in every partition of both
+   * topics, one end marker whose key sorts after every data key: a system has applied a
+   * partition of both inputs once its inner join holds that partition's marker.
+   * `statefile` gets the latest value of each side per key, "key\tleft\tright" per line
+   * (empty: no value), markers included; the markers' keys are printed in the result.
+   */
+  static long join(KafkaProducer<byte[], byte[]> prod, Map<String, String> a, SplittableRandom rnd,
+                   AtomicReference<Exception> failed) throws Exception {
+    String left = a.get("left"), right = a.get("right");
+    long records = Long.parseLong(a.get("records"));
+    long keys = Long.parseLong(a.get("keys"));
+    int partitions = Integer.parseInt(a.get("partitions"));
+    long span = keys * 3 / 4, rightFrom = keys - span;
+    Map<String, String[]> state = new java.util.TreeMap<>();
+    long sent = 0;
+    for (long seq = 0; seq < records; seq++) {
+      for (int side = 0; side < 2; side++) {
+        long id = (side == 0 ? 0 : rightFrom) + rnd.nextLong(span);
+        String k = String.format("k%09d", id);
+        String v = rnd.nextInt(8) == 0 ? null : joinValue(rnd, side == 0 ? 'L' : 'R', id, seq);
+        state.computeIfAbsent(k, x -> new String[2])[side] = v;
+        prod.send(new ProducerRecord<>(side == 0 ? left : right, k.getBytes(StandardCharsets.UTF_8),
+            v == null ? null : v.getBytes(StandardCharsets.UTF_8)), (md, e) -> {
+          if (e != null) failed.compareAndSet(null, e);
+        });
+        sent++;
+      }
+      if (failed.get() != null) throw failed.get();
+    }
+    // One marker per partition, found by the producer's own partitioner (murmur2).
+    String[] markers = new String[partitions];
+    int found = 0;
+    for (int n = 0; found < partitions; n++) {
+      String k = "~end-" + n;
+      int part = Utils.toPositive(Utils.murmur2(k.getBytes(StandardCharsets.UTF_8))) % partitions;
+      if (markers[part] != null) continue;
+      markers[part] = k;
+      found++;
+    }
+    for (int part = 0; part < partitions; part++) {
+      String k = markers[part];
+      String[] sides = state.computeIfAbsent(k, x -> new String[2]);
+      for (int side = 0; side < 2; side++) {
+        sides[side] = "{\"end\":" + part + "}";
+        prod.send(new ProducerRecord<>(side == 0 ? left : right, k.getBytes(StandardCharsets.UTF_8),
+            sides[side].getBytes(StandardCharsets.UTF_8)), (md, e) -> {
+          if (e != null) failed.compareAndSet(null, e);
+        });
+        sent++;
+      }
+    }
+    prod.flush();
+    try (BufferedWriter w = Files.newBufferedWriter(Path.of(a.get("statefile")), StandardCharsets.UTF_8)) {
+      for (Map.Entry<String, String[]> e : state.entrySet()) {
+        String[] v = e.getValue();
+        w.write(e.getKey() + "\t" + (v[0] == null ? "" : v[0]) + "\t" + (v[1] == null ? "" : v[1]) + "\n");
+      }
+    }
+    return sent;
+  }
+
   public static void main(String[] argv) throws Exception {
     Map<String, String> a = new HashMap<>();
     for (int i = 1; i < argv.length; i++) {
@@ -119,7 +216,7 @@ public final class Fill {
     p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
     p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
     String topic = a.get("topic");
-    long keys = Long.parseLong(a.get("keys"));
+    long keys = Long.parseLong(a.getOrDefault("keys", "0"));
     SplittableRandom rnd = new SplittableRandom(Long.parseLong(a.getOrDefault("seed", "1")));
     AtomicReference<Exception> failed = new AtomicReference<>();
     long t0 = System.nanoTime();
@@ -180,8 +277,10 @@ public final class Fill {
         prod.flush();
       } else if (argv[0].equals("lines")) {
         sent = lines(prod, topic, Long.parseLong(a.get("records")), (int) keys, rnd, Path.of(a.get("countfile")), failed);
+      } else if (argv[0].equals("join")) {
+        sent = join(prod, a, rnd, failed);
       } else {
-        throw new IllegalArgumentException("fill | append | burst | lines");
+        throw new IllegalArgumentException("fill | append | burst | lines | join");
       }
     }
     if (failed.get() != null) throw failed.get();
