@@ -15,6 +15,7 @@
 
 #include "agg_common.h"
 #include "ingest/fk_join.h"
+#include "sse_client.h"
 
 using namespace kstate::testing;
 
@@ -326,8 +327,28 @@ TEST_CASE(
   for (int i = 0; i < 40 && ks.metric_sum("kstate_ingest_records_invalid_total") < 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   CHECK(ks.metric_sum("kstate_ingest_records_invalid_total") == 2);
-  // And the join goes on: the customer the order names changes.
+  // A live view of the join: its snapshot is the model, then the change of the customer
+  // the order names arrives as the order's new joined value.
+  sse_stream feed(ks.port(), "/v1/stores/fk_left/changes?snapshot=true", "");
+  std::map<std::string, json> live;
+  auto apply = [&](const event& e) {
+    const auto k = e.data["key"].get<std::string>();
+    if (e.data["deleted"].get<bool>()) live.erase(k);
+    else live[k] = e.data["value"];
+  };
+  for (const auto& e : read_until(
+           feed, [](const std::vector<event>& ev) { return ev.back().type == "start"; }, std::chrono::seconds(60)))
+    if (e.type == "snapshot") apply(e);
+  CHECK(live == expected(m, "fk_left"));
   step(customers, m.customers, {"c3", json{{"name", "third"}}.dump()});
+  read_until(
+      feed,
+      [&](const std::vector<event>& ev) {
+        if (ev.back().type == "change") apply(ev.back());
+        return live == expected(m, "fk_left");
+      },
+      std::chrono::seconds(60));
+  CHECK(live == expected(m, "fk_left"));
   for (int i = 0; i < 120 && !joined_now(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(500));
   CHECK(joined_now());
   CHECK(ks.terminate() == 0);
