@@ -233,7 +233,16 @@ result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(
       // is the partition's stream time.
       if (def.windowed()) a.stream_time = std::max(a.stream_time, rd_kafka_message_timestamp(m, nullptr));
       const auto& v = views_[a.plan.view];
-      if (v.join) {
+      const std::string_view payload =
+          m->payload ? std::string_view(static_cast<const char*>(m->payload), m->len) : std::string_view();
+      if (v.right_of) {
+        // A foreign-key join's right side: its entries as they are stored.
+        if (m->payload) a.batch.put(v.id, a.plan.partition, key, payload);
+        else a.batch.del(v.id, a.plan.partition, key);
+      } else if (v.fk_route) {
+        // A foreign-key join's left rows; the joined value is made from them again.
+        fk_left_write(a.batch, v, a.plan.partition, key, payload, framed_offset);
+      } else if (v.join) {
         // The sides are changelogged; the joined value is made from them again.
         join_write(a.batch, v, a.plan.partition, key,
                    m->payload ? std::string_view(static_cast<const char*>(m->payload), m->len) : std::string_view(),
