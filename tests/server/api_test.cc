@@ -643,6 +643,97 @@ TEST_CASE("partition copies: only signed peers reach them; pages hold the partit
   CHECK(peer("GET", base + "?session=nosuchsession&page=0").status == 404);
 }
 
+TEST_CASE("a join view's copy carries its sides after the joined values, and says how many on the last page") {
+  const std::string dir = temp_dir();
+  storage::db_options o{.path = dir};
+  o.verify_files_interval_ms = 0;
+  auto opened = storage::db::open(o, {"j", "j#sides", "t"});
+  REQUIRE(opened.ok());
+  auto& d = *opened.value();
+  const auto j = *d.find_view("j"), sides = *d.find_view("j#sides"), t = *d.find_view("t");
+  // Partition 0: sides of every key, joined values of two in three (an inner join holds
+  // sides of keys not joined yet).
+  std::map<std::string, std::string> joined, side_model;
+  auto b = d.new_batch();
+  for (int i = 0; i < 200; ++i) {
+    const auto k = "k" + std::to_string(i);
+    side_model[k] = "sides of " + k;
+    b.put(sides, 0, k, side_model[k]);
+    if (i % 3 != 0) {
+      joined[k] = "joined " + k;
+      b.put(j, 0, k, joined[k]);
+    }
+  }
+  b.put(sides, 1, "another-partition", "x");
+  b.set_position(j, 0, 200);
+  b.put(t, 0, "plain", "v");
+  b.set_position(t, 0, 1);
+  REQUIRE(d.write(b).ok());
+  const std::vector<view_def> views{view_def{.name = "j", .kind = view_kind::join, .topic = "r"},
+                                    view_def{.name = "t", .topic = "t"}};
+  server::snapshot_sender_limits limits;
+  limits.page_bytes = 500;  // many pages
+  // Its sessions hold snapshots of the database: it goes first.
+  auto sender = std::make_unique<server::snapshot_sender>(d, limits, views);
+  CHECK(sender->carries_sides("j"));
+  CHECK_FALSE(sender->carries_sides("t"));
+
+  for (const std::string store : {"j", "t"}) {
+    CAPTURE(store);
+    auto offer = sender->open(store, 0);
+    REQUIRE(offer.ok());
+    std::map<std::string, std::string> got, got_sides;
+    bool entry_after_side = false;
+    uint64_t total = 0;
+    std::optional<uint64_t> total_sides;
+    for (uint64_t n = 0; n < 1000; ++n) {
+      auto page = sender->read(offer->session, n);
+      REQUIRE(page.ok());
+      REQUIRE(server::for_each_snapshot_frame(page->body, [&](std::string_view k, std::string_view v,
+                                                              server::snapshot_frame kind) {
+                if (kind == server::snapshot_frame::version) return status::internal("a version of no versioned view");
+                if (kind == server::snapshot_frame::side) got_sides.emplace(k, v);
+                else {
+                  entry_after_side = entry_after_side || !got_sides.empty();
+                  got.emplace(k, v);
+                }
+                return status::ok_status();
+              }).ok());
+      total += page->entries;
+      if (page->last) {
+        CHECK(page->total_entries == total);
+        total_sides = page->total_sides;
+        break;
+      }
+    }
+    if (store == "j") {
+      CHECK(got == joined);
+      CHECK(got_sides == side_model);
+      CHECK(total_sides == side_model.size());
+      CHECK_FALSE(entry_after_side);
+    } else {
+      CHECK(got == std::map<std::string, std::string>{{"plain", "v"}});
+      CHECK(got_sides.empty());
+      CHECK_FALSE(total_sides.has_value());
+    }
+  }
+
+  // A reader that takes entries only refuses sides rather than taking them for entries,
+  // and a frame of two kinds is malformed.
+  std::string body;
+  server::append_snapshot_frame(body, "k", "v", server::snapshot_frame::side);
+  CHECK_FALSE(server::for_each_snapshot_frame(body, [](std::string_view, std::string_view) {
+                return status::ok_status();
+              }).ok());
+  body[0] = static_cast<char>(0xc0);
+  CHECK_FALSE(server::for_each_snapshot_frame(body, [](std::string_view, std::string_view, server::snapshot_frame) {
+                return status::ok_status();
+              }).ok());
+  sender.reset();
+  opened.value().reset();
+  fs::remove_all(dir);
+}
+
 TEST_CASE("internal parameters: partitions must be distinct partitions of the topic") {
   // Through a real peer: instance a asks b, which holds everything; a request signed by
   // the group with bad partition lists is refused by b.
