@@ -33,6 +33,7 @@
 #include "query/freshness.h"
 #include "query/key_format.h"
 #include "api/peer_auth.h"
+#include "bootstrap.h"
 #include "snapshots.h"
 #include "server/api.h"
 #include "server/auth.h"
@@ -732,6 +733,89 @@ TEST_CASE("a join view's copy carries its sides after the joined values, and say
   sender.reset();
   opened.value().reset();
   fs::remove_all(dir);
+}
+
+TEST_CASE("a join partition is copied with its sides, and never from a sender whose copies lack them") {
+  const std::string secret = "0123456789abcdef-the-group-secret";
+  // The sender's state, declared first: the sender's sessions hold snapshots of it.
+  const std::string src_dir = temp_dir();
+  auto src = storage::db::open(storage::db_options{.path = src_dir, .verify_files_interval_ms = 0}, {"j", "j#sides"});
+  REQUIRE(src.ok());
+  auto& s = *src.value();
+  const auto j = *s.find_view("j"), sides = *s.find_view("j#sides");
+  std::map<std::string, std::string> joined, side_model;
+  auto b = s.new_batch();
+  for (int i = 0; i < 300; ++i) {
+    const auto k = "k" + std::to_string(i);
+    side_model[k] = "sides of " + k;
+    b.put(sides, 0, k, side_model[k]);
+    if (i % 4 != 0) {
+      joined[k] = "joined " + k;
+      b.put(j, 0, k, joined[k]);
+    }
+  }
+  b.set_position(j, 0, 300);
+  b.set_named_position("j#changelog", 0, 280);
+  REQUIRE(s.write(b).ok());
+  view_def jv;
+  jv.name = "j";
+  jv.kind = view_kind::join;
+  jv.topic = jv.repartition_topic = "app-j-repartition";
+  const std::vector<view_def> views{jv};
+
+  node n;  // serves the copy routes
+  n.serve(secret);
+  // The receiver: another member of the group, taking partition 0 without its state.
+  const std::string self = "http://127.0.0.1:1";
+  membership_registry membership;
+  membership.publish(group_of({{n.ctx.instance, {}}, {self, {0}}}));
+  http::client peers(http::client_config{});
+  auto shared_secret = std::make_shared<server::peer_secret>();
+  shared_secret->set(secret);
+  std::atomic<bool> stopping{false};
+  server::bootstrap_config cfg;
+  cfg.min_offsets = 1;
+  cfg.timeout = 20s;
+  cfg.page_timeout = 5s;
+  server::snapshot_sender_limits limits;
+  limits.page_bytes = 700;  // many pages
+
+  for (const bool sends_sides : {true, false}) {
+    CAPTURE(sends_sides);
+    // Without the views, the sender is one that does not know to send sides (an
+    // instance of an earlier version): its copies hold the joined values only.
+    n.ctx.snapshots = sends_sides ? std::make_shared<server::snapshot_sender>(s, limits, views)
+                                  : std::make_shared<server::snapshot_sender>(s, limits);
+    n.build();
+    const std::string dst_dir = temp_dir();
+    auto dst = storage::db::open(storage::db_options{.path = dst_dir, .verify_files_interval_ms = 0}, {"j", "j#sides"});
+    REQUIRE(dst.ok());
+    auto& d = *dst.value();
+    server::bootstrapper boot(cfg, views, d, membership, peers, shared_secret, self, stopping, nullptr);
+    boot.run({{jv.repartition_topic, 0}});
+    auto contents = [&](storage::view_id view) {
+      std::map<std::string, std::string> out;
+      auto snap = d.read_snapshot();
+      for (auto it = snap->scan(view, 0, std::nullopt, std::nullopt, false, storage::scan_use::sweep); it->valid();
+           it->next())
+        out.emplace(std::string(it->key()), std::string(it->value()));
+      return out;
+    };
+    CHECK(boot.failed() == 0);
+    if (sends_sides) {
+      CHECK(boot.installed() == 1);
+      CHECK(contents(*d.find_view("j")) == joined);
+      CHECK(contents(*d.find_view("j#sides")) == side_model);
+      CHECK(*d.read_snapshot()->view_positions(*d.find_view("j"), 0) ==
+            std::vector<std::pair<std::string, int64_t>>{{"j", 300}, {"j#changelog", 280}});
+    } else {
+      // Not installed: no position, so the partition restores from its changelog.
+      CHECK(boot.installed() == 0);
+      CHECK_FALSE(d.stored_position(*d.find_view("j"), 0).value().has_value());
+      CHECK(contents(*d.find_view("j")).empty());
+      CHECK(contents(*d.find_view("j#sides")).empty());
+    }
+  }
 }
 
 TEST_CASE("internal parameters: partitions must be distinct partitions of the topic") {
