@@ -165,7 +165,7 @@ struct view_def {
   // Views that read their store topic from a repartition topic kstate writes.
   bool rekeyed() const noexcept { return is_join() || (is_aggregate() && group_by != group_by_kind::key); }
   bool is_join() const noexcept { return kind == view_kind::join; }
-  bool is_fk_join() const noexcept { return is_join() && join->by_foreign_key(); }
+  bool is_fk_join() const noexcept { return is_join() && join && join->by_foreign_key(); }
 };
 
 // Name of the stored position holding a windowed or versioned view's stream time per partition
