@@ -49,6 +49,12 @@ struct batch_loop_hooks {
   // True while the caller has work of its own for each turn (a restore): the poll then
   // returns at once instead of waiting for records.
   std::function<bool()> busy;
+  // Takes a message the caller applies itself instead of the builder (returns true),
+  // e.g. a changelog record, whose headers matter; called before `accept`.
+  std::function<bool(const rd_kafka_message_t* m)> take;
+  // What the caller took and holds unwritten, counted with the builder's pending
+  // records for the batch limits; `write` then writes it too.
+  std::function<size_t()> held;
 };
 
 // Runs while `running` is true, or until a hook fails or the consumer reports a fatal
