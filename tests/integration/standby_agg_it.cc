@@ -1,0 +1,193 @@
+// Standby copies of aggregate views: with standby_replicas 1 each instance follows the
+// changelogs of the other's partitions of a re-keyed sum and a windowed count. When the
+// owner is killed, allow_stale reads answer from the copy, and the survivor takes the
+// partitions over restoring only the changelog tail the copy had not applied (here
+// none): without the copy it would read every changelog record of those partitions.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "agg_common.h"
+#include "window_common.h"
+
+using namespace kstate::testing;
+
+namespace {
+
+// The store topic partitions each instance owns, by endpoint, from /v1/cluster.
+std::map<std::string, std::set<std::pair<std::string, int>>> owners(uint16_t port) {
+  std::map<std::string, std::set<std::pair<std::string, int>>> out;
+  auto c = http_client(port).get("/v1/cluster");
+  if (!c || c->status != 200) return out;
+  const json body = c->body_json();
+  for (const auto& p : body["partitions"])
+    out[p["owner"].get<std::string>()].insert({p["topic"].get<std::string>(), p["partition"].get<int>()});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "standby copies of aggregate views follow their changelogs: stale reads while the owner is down, and a fail-over "
+    "that restores only the tail") {
+  // 4 source partitions and 6 of the repartition topic: whatever the split of the 10
+  // between two instances, one of them owns partitions of both store topics.
+  const int partitions = 4, repartitions = 6;
+  auto topic = unique_name("sbagg");
+  create_topic(topic, partitions);
+  auto app = unique_name("sbagg-app");
+  const std::string repartition = app + "-by_group-repartition";
+
+  // 6,000 events over 60 keys, a group field over 400 groups: the sum is re-keyed by
+  // group (its store topic is the repartition topic), the windowed count is by key.
+  auto events = make_events(6'000, 60, 20261207);
+  std::vector<produced> records;
+  std::map<std::string, int64_t> sums;  // the model of by_group
+  for (const auto& e : events) {
+    const std::string g = "g" + std::to_string(e.n % 400);
+    sums[g] += e.n;
+    records.push_back({e.key, R"({"n":)" + std::to_string(e.n) + R"(,"g":")" + g + "\"}", e.ts});
+  }
+  const spec per_minute{k_minute, k_minute, k_minute, 60 * k_minute};
+
+  auto dir = temp_dir("sbagg");
+  const std::vector<kstate_process::view> views{
+      {"by_group", topic, "json", "", "string", "kind: sum, group_by: {json: g}, value: n, repartition_partitions: 6"},
+      {"per_minute", topic, "json", "", "string",
+       "kind: count, window: {type: tumbling, size: 1m, grace: 1m, retention: 1h}"}};
+  const std::string extra = "standby_replicas: 1\nprocessing_guarantee: exactly_once\n";
+  kstate_process a(app, views, dir + "/a", extra);
+  kstate_process b(app, views, dir + "/b", extra);
+  a.start();
+  a.wait_ready();
+  b.start();
+  b.wait_ready();
+  auto both_own = [&] {
+    return cluster_settled(a.port(), 2, partitions + repartitions) && owners(a.port()).size() == 2;
+  };
+  for (int i = 0; i < 600 && !both_own(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(both_own());
+  // The instance killed later ("B") owns partitions of both store topics; the other
+  // ("A") keeps the standby copies of them.
+  auto covers_both = [&](const std::set<std::pair<std::string, int>>& parts) {
+    std::set<std::string> topics;
+    for (const auto& p : parts) topics.insert(p.first);
+    return topics.size() == 2;
+  };
+  const auto split = owners(a.port());
+  kstate_process& victim = covers_both(split.at(b.endpoint())) ? b : a;
+  kstate_process& survivor = &victim == &b ? a : b;
+  const auto b_parts = split.at(victim.endpoint());
+  REQUIRE(covers_both(b_parts));
+  MESSAGE("the instance killed later owns " << b_parts.size() << " partitions");
+
+  // The data comes while B owns its partitions: on A only the standby copies can have
+  // it (A owned none of them, or owned them empty before the other instance joined).
+  auto where = produce_bytes(topic, records);
+  for (size_t i = 0; i < events.size(); ++i) std::tie(events[i].partition, events[i].offset) = where[i];
+  const auto windows = recount(events, per_minute, false);
+  REQUIRE(windows.late > 0);
+
+  // The owners' answers equal the models.
+  auto sums_equal = [&](uint16_t port, const std::string& query) {
+    std::map<std::string, int64_t> got;
+    http_client c(port);
+    std::string cursor;
+    int stale_pages = 0;
+    for (;;) {
+      auto r = c.get("/v1/stores/by_group/keys?limit=100" + query + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
+      if (!r || r->status != 200) return -1;
+      auto body = r->body_json();
+      if (body["metadata"].value("stale", false)) ++stale_pages;
+      for (const auto& e : body["data"]) got[e["key"].get<std::string>()] = e["value"].get<int64_t>();
+      if (body["metadata"]["next"].is_null()) break;
+      cursor = body["metadata"]["next"].get<std::string>();
+    }
+    return got == sums ? stale_pages : -1;
+  };
+  auto windows_equal = [&](uint16_t port) {
+    http_client c(port);
+    std::map<std::pair<std::string, int64_t>, int64_t> got;
+    for (int k = 0; k < 60; ++k) {
+      const std::string key = "user-" + std::to_string(k);
+      auto r = c.get("/v1/stores/per_minute/windows/" + key + "?from=0");
+      if (!r || r->status != 200) return false;
+      const json body = r->body_json();
+      for (const auto& w : body["data"]) got[{key, w["start"].get<int64_t>()}] = w["value"].get<int64_t>();
+    }
+    return got == windows.values;
+  };
+  bool owners_done = false;
+  for (int i = 0; i < 600 && !owners_done; ++i) {
+    owners_done = sums_equal(survivor.port(), "") >= 0 && windows_equal(survivor.port());
+    if (!owners_done) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  REQUIRE(owners_done);
+
+  // What a restore without the copies would read at least: one changelog record per
+  // key (group, or key and window) of B's partitions.
+  size_t b_groups = 0, b_windows = 0;
+  {
+    http_client c(survivor.port());
+    for (const auto& [g, v] : sums) {
+      auto m = c.get("/v1/stores/by_group/keys/" + g + "/metadata");
+      REQUIRE(m);
+      REQUIRE(m->status == 200);
+      if (m->body_json()["active_owner"] == victim.endpoint()) ++b_groups;
+    }
+    std::map<std::string, int32_t> partition_of;
+    for (const auto& e : events) partition_of[e.key] = e.partition;
+    for (const auto& [kw, v] : windows.values)
+      if (b_parts.count({topic, partition_of.at(kw.first)})) ++b_windows;
+  }
+  REQUIRE(b_groups > 40);
+  REQUIRE(b_windows > 40);
+
+  // The copies follow the changelogs on their own: give them a moment to reach the end.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const double restored_sums = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"by_group\"");
+  const double restored_windows = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"per_minute\"");
+
+  victim.kill9();
+  // Until the session timeout B is the owner on record but does not answer: the
+  // allow_stale pages read B's partitions from A's copy, and equal the model.
+  const int stale_pages = sums_equal(survivor.port(), "&allow_stale=true");
+  MESSAGE(stale_pages << " stale pages of by_group from the standby copy");
+  CHECK(stale_pages > 0);
+  {
+    // Key lookups of B's groups: from the copy, marked stale, with the model's value.
+    http_client c(survivor.port());
+    size_t stale = 0;
+    for (const auto& [g, v] : sums) {
+      auto r = c.get("/v1/stores/by_group/keys/" + g + "?allow_stale=true");
+      REQUIRE(r);
+      CHECK_MESSAGE(r->status == 200, r->body);
+      if (r->status != 200) continue;
+      auto body = r->body_json();
+      CHECK(body["value"] == v);
+      if (body.value("stale", false)) ++stale;
+    }
+    MESSAGE(stale << " stale key answers of " << b_groups << " groups of B's partitions");
+    CHECK(stale > 0);
+  }
+
+  // A takes everything over: the restores read only what the copies had not applied.
+  bool alone = false;
+  for (int i = 0; i < 300 && !alone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    alone = cluster_settled(survivor.port(), 1, partitions + repartitions);
+  }
+  REQUIRE(alone);
+  const double sums_after = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"by_group\"");
+  const double windows_after = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"per_minute\"");
+  MESSAGE("fail-over restored " << sums_after - restored_sums << " changelog records of by_group (" << b_groups
+                                << " groups in B's partitions) and " << windows_after - restored_windows
+                                << " of per_minute (" << b_windows << " windows)");
+  CHECK((sums_after - restored_sums) * 10 < static_cast<double>(b_groups));
+  CHECK((windows_after - restored_windows) * 10 < static_cast<double>(b_windows));
+  CHECK(sums_equal(survivor.port(), "") == 0);
+  CHECK(windows_equal(survivor.port()));
+  CHECK(survivor.terminate() == 0);
+}
