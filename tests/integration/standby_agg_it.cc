@@ -1,11 +1,14 @@
 // Standby copies of aggregate views: with standby_replicas 1 each instance follows the
-// changelogs of the other's partitions of a re-keyed sum and a windowed count. When the
-// owner is killed, allow_stale reads answer from the copy, and the survivor takes the
-// partitions over restoring only the changelog tail the copy had not applied (here
-// none): without the copy it would read every changelog record of those partitions.
+// changelogs of the other's partitions (a re-keyed sum and a windowed count; a join).
+// When the owner is killed, allow_stale reads answer from the copy, and the survivor
+// takes the partitions over restoring only the changelog tail the copy had not applied
+// (here none): without the copy it would read every changelog record of those
+// partitions, at least one per key.
 #include <doctest/doctest.h>
 
 #include <map>
+#include <optional>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -25,6 +28,32 @@ std::map<std::string, std::set<std::pair<std::string, int>>> owners(uint16_t por
   for (const auto& p : body["partitions"])
     out[p["owner"].get<std::string>()].insert({p["topic"].get<std::string>(), p["partition"].get<int>()});
   return out;
+}
+
+// Every key and value of a store read in range pages from `port` (`query` appended to
+// each page's request), with the number of pages marked stale; nullopt when a page
+// failed (`why`, when given, says why).
+std::optional<std::pair<std::map<std::string, json>, int>> read_pages(uint16_t port, const std::string& store,
+                                                                      const std::string& query,
+                                                                      std::string* why = nullptr) {
+  std::map<std::string, json> got;
+  int stale_pages = 0;
+  http_client c(port);
+  std::string cursor;
+  for (;;) {
+    auto r =
+        c.get("/v1/stores/" + store + "/keys?limit=100" + query + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
+    if (!r || r->status != 200) {
+      if (why) *why = r ? r->body : std::string("no answer");
+      return std::nullopt;
+    }
+    const json body = r->body_json();
+    if (body["metadata"].value("stale", false)) ++stale_pages;
+    for (const auto& e : body["data"]) got[e["key"].get<std::string>()] = e["value"];
+    if (body["metadata"]["next"].is_null()) break;
+    cursor = body["metadata"]["next"].get<std::string>();
+  }
+  return std::make_pair(std::move(got), stale_pages);
 }
 
 }  // namespace
@@ -91,21 +120,11 @@ TEST_CASE(
   REQUIRE(windows.late > 0);
 
   // The owners' answers equal the models.
+  std::map<std::string, json> sums_json(sums.begin(), sums.end());
+  // The number of stale pages when the store equals the model; -1 when it does not.
   auto sums_equal = [&](uint16_t port, const std::string& query) {
-    std::map<std::string, int64_t> got;
-    http_client c(port);
-    std::string cursor;
-    int stale_pages = 0;
-    for (;;) {
-      auto r = c.get("/v1/stores/by_group/keys?limit=100" + query + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
-      if (!r || r->status != 200) return -1;
-      auto body = r->body_json();
-      if (body["metadata"].value("stale", false)) ++stale_pages;
-      for (const auto& e : body["data"]) got[e["key"].get<std::string>()] = e["value"].get<int64_t>();
-      if (body["metadata"]["next"].is_null()) break;
-      cursor = body["metadata"]["next"].get<std::string>();
-    }
-    return got == sums ? stale_pages : -1;
+    auto got = read_pages(port, "by_group", query);
+    return got && got->first == sums_json ? got->second : -1;
   };
   auto windows_equal = [&](uint16_t port) {
     http_client c(port);
@@ -187,7 +206,119 @@ TEST_CASE(
                                 << " of per_minute (" << b_windows << " windows)");
   CHECK((sums_after - restored_sums) * 10 < static_cast<double>(b_groups));
   CHECK((windows_after - restored_windows) * 10 < static_cast<double>(b_windows));
-  CHECK(sums_equal(survivor.port(), "") == 0);
-  CHECK(windows_equal(survivor.port()));
+  // Every answer now comes from the survivor's own partitions (not stale).
+  bool served = false;
+  for (int i = 0; i < 300 && !served; ++i) {
+    served = sums_equal(survivor.port(), "") == 0 && windows_equal(survivor.port());
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  CHECK(served);
+  CHECK(survivor.terminate() == 0);
+}
+
+TEST_CASE("a standby copy of a join view keeps both sides: stale reads, and a fail-over that restores nothing") {
+  const int partitions = 4;
+  auto left = unique_name("sbj-orders"), right = unique_name("sbj-customers");
+  create_topic(left, partitions);
+  create_topic(right, partitions);
+  auto app = unique_name("sbj-app");
+  const std::string store_topic = app + "-j-repartition";
+  const std::vector<kstate_process::view> views{
+      {"j", left, "json", "", "string",
+       "kind: join, join: {type: left, right: " + right + ", left_name: order, right_name: customer}"}};
+  auto dir = temp_dir("sbj");
+  const std::string extra = "standby_replicas: 1\nprocessing_guarantee: exactly_once\n";
+  kstate_process a(app, views, dir + "/a", extra);
+  kstate_process b(app, views, dir + "/b", extra);
+  a.start();
+  a.wait_ready();
+  b.start();
+  b.wait_ready();
+  // 12 partitions (both inputs and the repartition topic, the store topic).
+  auto both_own = [&] { return cluster_settled(a.port(), 2, 3 * partitions) && owners(a.port()).size() == 2; };
+  for (int i = 0; i < 600 && !both_own(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(both_own());
+  // The instance killed later ("B") is the one owning more of the store topic.
+  auto store_parts = [&](const std::set<std::pair<std::string, int>>& parts) {
+    std::set<int> out;
+    for (const auto& [t, p] : parts)
+      if (t == store_topic) out.insert(p);
+    return out;
+  };
+  const auto split = owners(a.port());
+  kstate_process& victim =
+      store_parts(split.at(b.endpoint())).size() >= store_parts(split.at(a.endpoint())).size() ? b : a;
+  kstate_process& survivor = &victim == &b ? a : b;
+  const auto b_parts = store_parts(split.at(victim.endpoint()));
+  REQUIRE(!b_parts.empty());
+
+  // Orders and customers over 400 keys, about one in six a tombstone; the model keeps
+  // each side's latest value, and a left join has a row for every key with an order.
+  std::mt19937 rng(20261207);
+  std::uniform_int_distribution<int> key(0, 399), amount(1, 1000), six(0, 5);
+  std::vector<produced> orders, customers;
+  for (int i = 0; i < 3000; ++i) {
+    auto k = "k" + std::to_string(key(rng));
+    if (six(rng) == 0) orders.push_back({k, std::nullopt});
+    else orders.push_back({k, json{{"amount", amount(rng)}, {"n", i}}.dump()});
+    k = "k" + std::to_string(key(rng));
+    if (six(rng) == 0) customers.push_back({k, std::nullopt});
+    else customers.push_back({k, json{{"name", "c" + std::to_string(i)}}.dump()});
+  }
+  auto at_left = produce_bytes(left, orders);
+  auto at_right = produce_bytes(right, customers);
+  table_model lm, rm;
+  std::set<std::string> b_keys;  // keys of B's partitions (a join keeps partition numbers)
+  for (size_t i = 0; i < orders.size(); ++i) {
+    apply_record(lm, orders[i]);
+    if (b_parts.count(at_left[i].first)) b_keys.insert(*orders[i].key);
+  }
+  for (size_t i = 0; i < customers.size(); ++i) {
+    apply_record(rm, customers[i]);
+    if (b_parts.count(at_right[i].first)) b_keys.insert(*customers[i].key);
+  }
+  std::map<std::string, json> model;
+  for (const auto& [k, v] : lm) {
+    auto c = rm.find(k);
+    model[k] = {{"order", json::parse(v)}, {"customer", c == rm.end() ? json() : json::parse(c->second)}};
+  }
+  REQUIRE(b_keys.size() > 40);
+
+  bool owners_done = false;
+  for (int i = 0; i < 600 && !owners_done; ++i) {
+    auto got = read_pages(survivor.port(), "j", "");
+    owners_done = got && got->first == model;
+    if (!owners_done) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  REQUIRE(owners_done);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const double restored_before = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"j\"");
+
+  victim.kill9();
+  auto stale = read_pages(survivor.port(), "j", "&allow_stale=true");
+  REQUIRE(stale);
+  CHECK(stale->first == model);
+  MESSAGE(stale->second << " stale pages of j from the standby copy");
+  CHECK(stale->second > 0);
+
+  bool alone = false;
+  for (int i = 0; i < 300 && !alone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    alone = cluster_settled(survivor.port(), 1, 3 * partitions);
+  }
+  REQUIRE(alone);
+  const double restored = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"j\"") - restored_before;
+  MESSAGE("fail-over restored " << restored << " changelog records of j (" << b_keys.size()
+                                << " keys in B's partitions)");
+  CHECK(restored * 10 < static_cast<double>(b_keys.size()));
+  // Every answer now comes from the survivor's own partitions (not stale).
+  std::string why;
+  bool served = false;
+  for (int i = 0; i < 300 && !served; ++i) {
+    auto after = read_pages(survivor.port(), "j", "", &why);
+    served = after && after->first == model && after->second == 0;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  CHECK_MESSAGE(served, why);
   CHECK(survivor.terminate() == 0);
 }
