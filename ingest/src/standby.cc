@@ -48,7 +48,6 @@ struct changelog_copy {
   // whole. -1: none yet.
   int64_t input = -1;
   int64_t input_seen = -1;  // the largest kstate.offset + 1 applied so far
-  bool at_end = false;      // no record applied since the changelog's end was reached
   bool changed = false;     // something to write since the last write
 };
 
@@ -254,7 +253,6 @@ struct standby_engine::impl {
     const int64_t input = apply_changelog_record(*changelog_batch, aggs[idx].target(), m->partition, m, c->stream_time);
     c->input_seen = std::max(c->input_seen, input + 1);
     c->next = m->offset + 1;
-    c->at_end = false;
     c->changed = true;
     ++changelog_held;
     return true;
@@ -268,11 +266,12 @@ struct standby_engine::impl {
     size_t idx = 0;
     auto* c = copy_of(topic, partition, idx);
     if (!c || end < c->next) return;
-    c->at_end = true;
-    // Transaction markers after the last record deliver nothing.
-    if (end > c->next || c->input_seen > c->input) {
+    // Transaction markers after the last record deliver nothing. A copy at the end of a
+    // changelog that gave it nothing reflects, for certain, what is before offset 0.
+    const int64_t input = std::max<int64_t>(c->input_seen, 0);
+    if (end > c->next || input > c->input) {
       c->next = end;
-      c->input = std::max(c->input, c->input_seen);
+      c->input = std::max(c->input, input);
       c->changed = true;
       ++changelog_held;
     }
