@@ -1,11 +1,13 @@
 // Standby copies of aggregate views: with standby_replicas 1 each instance follows the
-// changelogs of the other's partitions (a re-keyed sum and a windowed count; a join).
+// changelogs of the other's partitions (a re-keyed sum, a windowed count and a session
+// count; a join).
 // When the owner is killed, allow_stale reads answer from the copy, and the survivor
 // takes the partitions over restoring only the changelog tail the copy had not applied
 // (here none): without the copy it would read every changelog record of those
 // partitions, at least one per key.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <random>
@@ -85,7 +87,11 @@ TEST_CASE(
   const std::vector<kstate_process::view> views{
       {"by_group", topic, "json", "", "string", "kind: sum, group_by: {json: g}, value: n, repartition_partitions: 6"},
       {"per_minute", topic, "json", "", "string",
-       "kind: count, window: {type: tumbling, size: 1m, grace: 1m, retention: 1h}"}};
+       "kind: count, window: {type: tumbling, size: 1m, grace: 1m, retention: 1h}"},
+      // A grace longer than any event is behind, a retention longer than the stream:
+      // no event is late and no session expires.
+      {"sessions", topic, "json", "", "string",
+       "kind: count, window: {type: session, inactivity_gap: 10s, grace: 2h, retention: 1d}"}};
   const std::string extra = "standby_replicas: 1\nprocessing_guarantee: exactly_once\n";
   kstate_process a(app, views, dir + "/a", extra);
   kstate_process b(app, views, dir + "/b", extra);
@@ -118,6 +124,27 @@ TEST_CASE(
   for (size_t i = 0; i < events.size(); ++i) std::tie(events[i].partition, events[i].offset) = where[i];
   const auto windows = recount(events, per_minute, false);
   REQUIRE(windows.late > 0);
+  // Sessions: with nothing late or expired, the runs of a key's event times whose
+  // neighbours are at most the gap apart, (key, start) -> (last, count).
+  std::map<std::pair<std::string, int64_t>, std::pair<int64_t, int64_t>> sessions;
+  {
+    std::map<std::string, std::vector<int64_t>> times;
+    for (const auto& e : events) times[e.key].push_back(e.ts);
+    for (auto& [key, ts] : times) {
+      std::sort(ts.begin(), ts.end());
+      int64_t start = ts[0], last = ts[0], n = 0;
+      for (int64_t t : ts) {
+        if (t - last > 10'000) {
+          sessions[{key, start}] = {last, n};
+          start = t;
+          n = 0;
+        }
+        last = t;
+        ++n;
+      }
+      sessions[{key, start}] = {last, n};
+    }
+  }
 
   // The owners' answers equal the models.
   std::map<std::string, json> sums_json(sums.begin(), sums.end());
@@ -126,7 +153,24 @@ TEST_CASE(
     auto got = read_pages(port, "by_group", query);
     return got && got->first == sums_json ? got->second : -1;
   };
+  auto sessions_equal = [&](uint16_t port) {
+    http_client c(port);
+    std::map<std::pair<std::string, int64_t>, std::pair<int64_t, int64_t>> got;
+    std::string cursor;
+    for (;;) {
+      auto r = c.get("/v1/stores/sessions/windows?from=0&limit=200" + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
+      if (!r || r->status != 200) return false;
+      const json body = r->body_json();
+      for (const auto& w : body["data"])
+        got[{w["key"].get<std::string>(), w["start"].get<int64_t>()}] = {w["end"].get<int64_t>() - 1,
+                                                                         w["value"].get<int64_t>()};
+      if (body["metadata"]["next"].is_null()) break;
+      cursor = body["metadata"]["next"].get<std::string>();
+    }
+    return got == sessions;
+  };
   auto windows_equal = [&](uint16_t port) {
+    if (!sessions_equal(port)) return false;
     http_client c(port);
     std::map<std::pair<std::string, int64_t>, int64_t> got;
     for (int k = 0; k < 60; ++k) {
@@ -147,7 +191,7 @@ TEST_CASE(
 
   // What a restore without the copies would read at least: one changelog record per
   // key (group, or key and window) of B's partitions.
-  size_t b_groups = 0, b_windows = 0;
+  size_t b_groups = 0, b_windows = 0, b_sessions = 0;
   {
     http_client c(survivor.port());
     for (const auto& [g, v] : sums) {
@@ -160,14 +204,18 @@ TEST_CASE(
     for (const auto& e : events) partition_of[e.key] = e.partition;
     for (const auto& [kw, v] : windows.values)
       if (b_parts.count({topic, partition_of.at(kw.first)})) ++b_windows;
+    for (const auto& [ks, v] : sessions)
+      if (b_parts.count({topic, partition_of.at(ks.first)})) ++b_sessions;
   }
   REQUIRE(b_groups > 40);
   REQUIRE(b_windows > 40);
+  REQUIRE(b_sessions > 40);
 
   // The copies follow the changelogs on their own: give them a moment to reach the end.
   std::this_thread::sleep_for(std::chrono::seconds(3));
   const double restored_sums = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"by_group\"");
   const double restored_windows = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"per_minute\"");
+  const double restored_sessions = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"sessions\"");
 
   victim.kill9();
   // Until the session timeout B is the owner on record but does not answer: the
@@ -201,11 +249,15 @@ TEST_CASE(
   REQUIRE(alone);
   const double sums_after = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"by_group\"");
   const double windows_after = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"per_minute\"");
+  const double sessions_after = metric_with(survivor.port(), "kstate_restore_records_total", "store=\"sessions\"");
   MESSAGE("fail-over restored " << sums_after - restored_sums << " changelog records of by_group (" << b_groups
                                 << " groups in B's partitions) and " << windows_after - restored_windows
-                                << " of per_minute (" << b_windows << " windows)");
+                                << " of per_minute (" << b_windows << " windows) and "
+                                << sessions_after - restored_sessions << " of sessions (" << b_sessions
+                                << " sessions)");
   CHECK((sums_after - restored_sums) * 10 < static_cast<double>(b_groups));
   CHECK((windows_after - restored_windows) * 10 < static_cast<double>(b_windows));
+  CHECK((sessions_after - restored_sessions) * 10 < static_cast<double>(b_sessions));
   // Every answer now comes from the survivor's own partitions (not stale).
   bool served = false;
   for (int i = 0; i < 300 && !served; ++i) {
