@@ -41,8 +41,8 @@ struct batch_loop_hooks {
   // The consumer reached the end of a partition; `end` is the offset after its last
   // record. Needs enable.partition.eof.
   std::function<status(const std::string& topic, int32_t partition, int64_t end)> at_end;
-  // Writes the builder's pending batch (at least one record is pending). Must leave the
-  // builder reset, or the batch is written again.
+  // Writes the builder's pending batch and what the caller holds (`held`; at least one
+  // record is pending in either). Must leave both empty, or they are written again.
   std::function<status()> write;
   // A poll returned nothing (before a pending batch is written).
   std::function<void()> idle;
