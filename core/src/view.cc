@@ -69,6 +69,7 @@ std::vector<std::string> column_family_names(const std::vector<view_def>& views)
   for (const auto& v : views) {
     out.push_back(v.name);
     if (v.is_join()) out.push_back(join_sides_name(v));
+    if (v.is_fk_join()) out.push_back(fk_right_name(v));
   }
   return out;
 }

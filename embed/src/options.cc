@@ -86,6 +86,7 @@ void emit_view(YAML::Emitter& out, const view_options& v) {
     optional_string(out, "type", j.type);
     optional_string(out, "right", j.right);
     optional_string(out, "right_partitioner", j.right_partitioner);
+    optional_string(out, "foreign_key", j.foreign_key);
     optional_string(out, "left_name", j.left_name);
     optional_string(out, "right_name", j.right_name);
     if (!j.select.empty()) {

@@ -77,7 +77,7 @@ status agg_pipeline::join_stage2(view_state& v, const record& r) {
 }
 
 std::optional<std::string_view> agg_pipeline::changelog_value(const view_state& v, const std::string& state) const {
-  if (v.join && state.empty()) return std::nullopt;
+  if ((v.join || v.right_of) && state.empty()) return std::nullopt;
   return std::string_view(state);
 }
 
@@ -89,10 +89,21 @@ void agg_pipeline::join_write(storage::write_batch& batch, const view_state& v, 
 status agg_pipeline::check_join_topics(const std::map<std::string, int32_t>& counts) const {
   for (const auto& vs : views_) {
     const auto& v = *vs.def;
-    if (!v.is_join()) continue;
+    if (!v.is_join() || vs.right_of) continue;
     const int32_t left = ownership_.partition_count(v.input_topic());
     const int32_t right = ownership_.partition_count(v.join->right_topic);
     if (right <= 0) return status::not_found("topic '" + v.join->right_topic + "' does not exist");
+    if (v.is_fk_join()) {
+      // The internal topics keep their inputs' partitions (a copy goes to the partition
+      // of the same number); the inputs need not be co-partitioned.
+      for (const auto& [topic, want, input] : {std::make_tuple(v.topic, left, v.input_topic()),
+                                               std::make_tuple(v.join->subscription_topic, right, v.join->right_topic)})
+        if (auto it = counts.find(topic); it != counts.end() && it->second != want)
+          return status::invalid_argument("join view '" + v.name + "': topic '" + topic + "' has " +
+                                          std::to_string(it->second) + " partitions, topic '" + input + "' has " +
+                                          std::to_string(want) + " (delete it, or keep the input's partition count)");
+      continue;
+    }
     if (left != right)
       return status::invalid_argument("join view '" + v.name + "': its inputs are not co-partitioned: topic '" +
                                       v.input_topic() + "' has " + std::to_string(left) + " partitions, topic '" +

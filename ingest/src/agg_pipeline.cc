@@ -47,6 +47,11 @@ result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& 
       if (!sides) return status::internal("join view '" + v->name + "' has no column family for its sides");
       p->views_.back().sides = *sides;
       p->views_.back().join.emplace(*v, cfg.max_json_depth);
+      if (v->is_fk_join()) {
+        auto route = make_partitioner(v->join->right_partitioner);
+        if (!route) return status::invalid_argument("join view '" + v->name + "': unknown right_partitioner");
+        p->views_.back().fk_route = *route;
+      }
     }
   }
   for (size_t i = 0; i < p->views_.size(); ++i) {
@@ -62,6 +67,23 @@ result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& 
     p->stage2_[v.topic].push_back(i);
     p->topics_.insert(v.topic);
   }
+  // A foreign-key join's right side: a view of its own, on the subscription topic.
+  const size_t joins = p->views_.size();
+  for (size_t i = 0; i < joins; ++i) {
+    const auto& v = *p->views_[i].def;
+    if (!v.is_fk_join()) continue;
+    auto& right = p->fk_right_defs_.emplace_back(v);
+    right.name = fk_right_name(v);
+    right.topic = right.repartition_topic = v.join->subscription_topic;
+    right.source = v.join->right_topic;
+    right.changelog_topic = v.join->subscription_changelog_topic;
+    auto id = db.find_view(right.name);
+    if (!id) return status::internal("join view '" + v.name + "' has no column family for its right side");
+    p->views_.push_back(view_state{&right, *id, aggregator(right, cfg.max_json_depth), std::nullopt, std::nullopt});
+    p->views_.back().right_of = i;
+    p->stage2_[right.topic].push_back(p->views_.size() - 1);
+    p->topics_.insert(right.topic);
+  }
   p->murmur2_ = *make_partitioner("murmur2");
   if (metrics) {
     p->m_restored_ = &counter_family(*metrics, "kstate_restore_records_total",
@@ -73,6 +95,10 @@ result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& 
     p->m_future_ = &counter_family(*metrics, "kstate_ingest_future_records_total",
                                    "Records of windowed stores rejected because their event time was more than "
                                    "window.max_future ahead of the clock");
+    p->m_unmatched_ = &counter_family(*metrics, "kstate_join_unmatched_records_total",
+                                      "Left records of foreign-key joins whose value names no right key, by reason "
+                                      "(missing: no such field or null; not_a_key: not a string or number; "
+                                      "not_json: the value is not JSON)");
   }
   return p;
 }
@@ -348,8 +374,14 @@ status agg_pipeline::add(const record& r) {
       else stage1(views_[idx], r);
     }
   if (auto it = stage2_.find(r.topic); it != stage2_.end())
-    for (size_t idx : it->second)
-      if (auto s = views_[idx].join ? join_stage2(views_[idx], r) : stage2(views_[idx], r); !s.ok()) return s;
+    for (size_t idx : it->second) {
+      auto& v = views_[idx];
+      auto s = v.right_of   ? fk_right_stage2(v, r)
+               : v.fk_route ? fk_left_stage2(v, r)
+               : v.join     ? join_stage2(v, r)
+                            : stage2(v, r);
+      if (!s.ok()) return s;
+    }
   consumed_[tp] = r.offset + 1;
   return status::ok_status();
 }
@@ -412,7 +444,12 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
   // Join views' stage 1: the last record per key and side, to the same partition.
   for (const auto& [k, j] : join_partials_) {
     const auto& [idx, partition, key, side] = k;
-    auto s = produce(views_[idx].def->topic, partition, key, encode_join_input(side, j.value), -1, j.timestamp);
+    const auto& def = *views_[idx].def;
+    // A foreign-key join's right records go to its subscription topic instead.
+    const bool fk_right = def.is_fk_join() && side == join_side::right;
+    auto s = fk_right ? produce(def.join->subscription_topic, partition, key,
+                                encode_fk_message({fk_message_kind::right, {}, 0, -1, j.value}), -1, j.timestamp)
+                      : produce(def.topic, partition, key, encode_join_input(side, j.value), -1, j.timestamp);
     if (!s.ok()) return abort_and_rewind(error, s.message());
   }
   join_partials_.clear();
@@ -487,7 +524,9 @@ agg_pipeline::outcome agg_pipeline::commit(storage::write_batch& batch, std::str
   for (auto& [k, c] : cache_) {
     if (!c.dirty) continue;
     const auto& v = views_[std::get<0>(k)];
-    if (v.join) join_write(batch, v, std::get<1>(k), std::get<2>(k), c.state, c.input_offset);
+    if (v.fk_route) fk_left_write(batch, v, std::get<1>(k), std::get<2>(k), c.state, c.input_offset);
+    else if (v.join) join_write(batch, v, std::get<1>(k), std::get<2>(k), c.state, c.input_offset);
+    else if (v.right_of && !c.deleted) batch.put(v.id, std::get<1>(k), std::get<2>(k), c.state);
     else if (c.deleted) batch.del(v.id, std::get<1>(k), std::get<2>(k));
     else if (c.last) batch.put(v.id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, *c.last, c.state));
     else batch.put(v.id, std::get<1>(k), std::get<2>(k), frame_value(c.input_offset, c.state));

@@ -33,6 +33,7 @@
 #include "ingest/aggregation.h"
 #include "ingest/batch_builder.h"
 #include "ingest/engine.h"
+#include "ingest/fk_join.h"
 #include "ingest/join.h"
 #include "storage/db.h"
 #include "changelog_apply.h"
@@ -146,6 +147,13 @@ class agg_pipeline {
     // Join views: the column family of the sides, and the joined value they make.
     std::optional<storage::view_id> sides;
     std::optional<joiner> join;
+    // Foreign-key joins (agg_fk_join.cc) have two entries. The join view's own (the left
+    // side, stage 2 of the repartition topic) keeps its rows in `sides` and routes
+    // subscriptions with `fk_route`, the right topic's partitioner. The right side's
+    // (stage 2 of the subscription topic) has `def` a view named `<view>#fk`, `id` its
+    // column family, and `right_of` the index of the join view's entry.
+    std::optional<partitioner_fn> fk_route;
+    std::optional<size_t> right_of;
   };
   // The column families a changelog record of `v` updates (changelog_apply.h).
   static changelog_target target(const view_state& v) {
@@ -204,8 +212,29 @@ class agg_pipeline {
   // its deletion), framed with `input_offset`.
   void join_write(storage::write_batch& batch, const view_state& v, int32_t partition, std::string_view key,
                   std::string_view sides, int64_t input_offset);
-  // Co-partitioned inputs (same partition count), and a repartition topic of that count.
+  // Co-partitioned inputs (same partition count), and a repartition topic of that count;
+  // a foreign-key join's internal topics with their inputs' partition counts.
   status check_join_topics(const std::map<std::string, int32_t>& counts) const;
+  // Foreign-key joins (agg_fk_join.cc). The left side: a copy of a left record changes
+  // the key's row and sends (un)subscriptions; a response answers the row's current
+  // subscription (a stale one is dropped).
+  status fk_left_stage2(view_state& v, const record& r);
+  // The right side: a copy of a right record replaces the foreign key's right value and
+  // answers each of its subscriptions; a subscription is kept and answered; an
+  // unsubscription removes an older subscription.
+  status fk_right_stage2(view_state& v, const record& r);
+  // The right side's entry `key` of partition `q` as this batch sees it: its cache, the
+  // committed batches not written yet, then RocksDB. nullopt: none.
+  result<std::optional<std::string>> fk_entry(view_state& v, int32_t q, const std::string& key);
+  // Sets (or with nullopt deletes) a right side's entry in the batch's cache.
+  void fk_set(view_state& v, const record& r, const std::string& key, std::optional<std::string> value);
+  // The subscriptions of foreign key `fk` in partition `q` (left key, subscription).
+  result<std::vector<std::pair<std::string, fk_subscription>>> fk_subscribers(view_state& v, int32_t q,
+                                                                              const std::string& fk);
+  // Adds a left row to `batch`: the row in the sides column family and the joined value
+  // it makes (or their deletion), framed with `input_offset`.
+  void fk_left_write(storage::write_batch& batch, const view_state& v, int32_t partition, std::string_view key,
+                     std::string_view row, int64_t input_offset);
   // Changelog restore (agg_restore.cc, with plan_assign and restore_some).
   struct planned;
   struct active_restore;
@@ -218,6 +247,8 @@ class agg_pipeline {
 
   const ingest_config& cfg_;
   std::vector<view_state> views_;
+  // The views of foreign-key joins' right sides (a deque: views_ points into it).
+  std::deque<view_def> fk_right_defs_;
   storage::db& db_;
   ownership_registry& ownership_;
   batch_builder& builder_;
@@ -293,6 +324,7 @@ class agg_pipeline {
   prometheus::Family<prometheus::Counter>* m_restored_ = nullptr;
   prometheus::Family<prometheus::Counter>* m_txn_ = nullptr;
   prometheus::Family<prometheus::Counter>* m_future_ = nullptr;
+  prometheus::Family<prometheus::Counter>* m_unmatched_ = nullptr;
 
   friend void agg_delivery_report(rd_kafka_t*, const rd_kafka_message_t*, void*);
 };

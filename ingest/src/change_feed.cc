@@ -3,6 +3,7 @@
 #include "agg_pipeline.h"
 #include "core/window.h"
 #include "ingest/batch_builder.h"
+#include "ingest/fk_join.h"
 #include "ingest/join.h"
 #include "kafka_common.h"
 
@@ -180,7 +181,14 @@ result<std::vector<feed_change>> change_feed::poll(const feed_selection& sel, st
       c.source_offset = m->offset;
     }
     if (impl_->join && value) {
-      auto sides = decode_sides(*value);
+      // A foreign-key join's changelog holds each left key's row; its joined value is
+      // what the row's left value and answered right value make.
+      std::optional<join_sides> sides;
+      if (v.is_fk_join()) {
+        if (auto row = decode_fk_left_row(*value)) sides = fk_sides(*row);
+      } else {
+        sides = decode_sides(*value);
+      }
       if (!sides) {
         log()->debug("change feed of '{}': {}-{}@{} is not a join's sides", v.name, feed_topic(v), m->partition,
                      m->offset);

@@ -33,6 +33,7 @@ const char* to_string(failure_reason r) noexcept {
     case failure_reason::not_up_to_date: return "NOT_UP_TO_DATE";
     case failure_reason::store_exception: return "STORE_EXCEPTION";
     case failure_reason::history_unavailable: return "HISTORY_UNAVAILABLE";
+    case failure_reason::too_many_keys: return "TOO_MANY_KEYS";
   }
   return "UNKNOWN";
 }
@@ -257,7 +258,8 @@ bool engine::has_copy(std::string_view store, int32_t partition) const {
 }
 
 query_result<batch_answer> engine::get_many(std::string_view store,
-                                            const std::vector<std::pair<int32_t, std::string>>& located) const {
+                                            const std::vector<std::pair<int32_t, std::string>>& located,
+                                            std::optional<int64_t> as_of) const {
   using R = query_result<batch_answer>;
   const auto* view = find_store(store);
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
@@ -266,8 +268,6 @@ query_result<batch_answer> engine::get_many(std::string_view store,
   for (const auto& [p, k] : located)
     if (auto f = require_partition<batch_answer>(*view, p)) return *f;
   auto snap = db_.read_snapshot();
-  auto values = snap->multi_get(*vid, located);
-  if (!values.ok()) return R::fail(failure_reason::store_exception, values.error().to_string());
   std::vector<int32_t> partitions;
   for (const auto& [p, k] : located)
     if (std::find(partitions.begin(), partitions.end(), p) == partitions.end()) partitions.push_back(p);
@@ -275,6 +275,9 @@ query_result<batch_answer> engine::get_many(std::string_view store,
   if (!positions.ok()) return R::fail(failure_reason::store_exception, positions.error().to_string());
   batch_answer a;
   for (size_t i = 0; i < partitions.size(); ++i) a.pos.set(partitions[i], (*positions)[i].value_or(0));
+  if (as_of) return get_many_as_of(*snap, view->name, *vid, located, partitions, *as_of, std::move(a));
+  auto values = snap->multi_get(*vid, located);
+  if (!values.ok()) return R::fail(failure_reason::store_exception, values.error().to_string());
   a.entries.reserve(located.size());
   for (size_t i = 0; i < located.size(); ++i) {
     batch_entry e{located[i].second, std::nullopt, -1, located[i].first};
@@ -600,7 +603,8 @@ query_result<window_range_answer> engine::window_range(const window_range_query&
 }
 
 query_result<count_answer> engine::count(std::string_view store, uint64_t exact_limit,
-                                         const std::optional<std::vector<int32_t>>& subset) const {
+                                         const std::optional<std::vector<int32_t>>& subset,
+                                         std::optional<int64_t> as_of) const {
   using R = query_result<count_answer>;
   const auto* view = find_store(store);
   if (!view) return R::fail(failure_reason::unknown_query_store, "no store named '" + std::string(store) + "'");
@@ -625,6 +629,16 @@ query_result<count_answer> engine::count(std::string_view store, uint64_t exact_
     auto pos = snap->position(*vid, p);
     if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
     a.pos.set(p, pos->value_or(0));
+  }
+  if (as_of) {
+    // What was valid at a past time has no estimate: only a scan tells, and the limit
+    // of an exact count bounds it.
+    if (stats->estimated_keys > exact_limit)
+      return R::fail(failure_reason::too_many_keys,
+                     "store '" + view->name + "' holds about " + std::to_string(stats->estimated_keys) +
+                         " keys, more than an exact count reads (" + std::to_string(exact_limit) +
+                         "); counting as of a time needs an exact count");
+    return count_as_of(*snap, view->name, *vid, parts, *as_of, std::move(a));
   }
   if (stats->estimated_keys > exact_limit) {
     // RocksDB estimates the whole column family; a part answers its share.

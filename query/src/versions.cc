@@ -39,6 +39,46 @@ template std::optional<query_result<std::unique_ptr<range_stream>>>
 engine::check_history<std::unique_ptr<range_stream>>(const storage::snapshot&, const std::string&, storage::view_id,
                                                      const std::vector<int32_t>&, int64_t) const;
 
+query_result<batch_answer> engine::get_many_as_of(const storage::snapshot& snap, const std::string& store,
+                                                  storage::view_id view,
+                                                  const std::vector<std::pair<int32_t, std::string>>& located,
+                                                  const std::vector<int32_t>& partitions, int64_t as_of,
+                                                  batch_answer a) const {
+  using R = query_result<batch_answer>;
+  if (auto f = check_history<batch_answer>(snap, store, view, partitions, as_of)) return std::move(*f);
+  a.entries.reserve(located.size());
+  for (const auto& [p, k] : located) {
+    batch_entry e{k, std::nullopt, -1, p};
+    auto got = snap.version_at(view, p, k, as_of);
+    if (!got.ok()) return R::fail(failure_reason::store_exception, got.error().to_string());
+    // No version valid then, or a tombstone: absent, as a missing key.
+    if (*got && (*got)->value) {
+      auto f = unframe_value(*(*got)->value);
+      if (!f) return R::fail(failure_reason::store_exception, "stored version is shorter than its frame");
+      e.value = std::string(f->value);
+      e.offset = f->offset;
+    }
+    a.entries.push_back(std::move(e));
+  }
+  return R::success(std::move(a));
+}
+
+query_result<count_answer> engine::count_as_of(const storage::snapshot& snap, const std::string& store,
+                                               storage::view_id view, const std::vector<int32_t>& partitions,
+                                               int64_t as_of, count_answer a) const {
+  using R = query_result<count_answer>;
+  if (auto f = check_history<count_answer>(snap, store, view, partitions, as_of)) return std::move(*f);
+  // The cursor skips keys whose version then was a tombstone, and keys without one.
+  auto c = snap.cursor_as_of(view, as_of, false, storage::scan_use::sweep);
+  for (int32_t p : partitions) {
+    c->seek(p, std::nullopt, std::nullopt);
+    for (; c->valid(); c->next()) ++a.count;
+    if (auto e = c->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
+  }
+  a.exact = true;
+  return R::success(std::move(a));
+}
+
 query_result<key_answer> engine::read_key_as_of(storage::view_id view, int32_t partition, std::string_view key,
                                                 int64_t as_of, bool need_copy) const {
   using R = query_result<key_answer>;

@@ -317,7 +317,7 @@ status app::start() {
                       const ingest::feed_options& options) {
     return ingest::change_feed::open(ingest_cfg, v, start, depth, options);
   };
-  ctx.snapshots = std::make_shared<snapshot_sender>(*i.db);
+  ctx.snapshots = std::make_shared<snapshot_sender>(*i.db, snapshot_sender_limits{}, i.cfg.views);
   ctx.ui_dir = i.cfg.ui_dir;
   ctx.auth = std::move(auth);
   ctx.open_metrics = i.cfg.auth.open_metrics;

@@ -53,6 +53,11 @@ std::optional<int64_t> own_position(const view_positions& positions, const std::
   return std::nullopt;
 }
 
+// True when a probe's or an open's answer says the copy carries a join view's sides.
+bool carries_sides(const nlohmann::json& j) {
+  return j.is_object() && j.contains("sides") && j["sides"].is_boolean() && j["sides"].get<bool>();
+}
+
 // The topic partition a view's state is kept by: its own topic for a table view, the
 // topic its aggregate is computed from (the repartition topic of a re-keyed one).
 const std::string& state_topic(const view_def& v) {
@@ -100,9 +105,10 @@ void bootstrapper::run(const std::vector<std::pair<std::string, int32_t>>& parts
   for (const auto& [topic, partition] : parts)
     for (const auto& v : views_) {
       if (state_topic(v) != topic) continue;
-      // A join view's state is two column families (sides and joined values) that a
-      // copy of one would leave apart: it restores from its changelog instead.
-      if (v.is_join()) continue;
+      // A foreign-key join's state spans two topics' partitions (its left rows and its
+      // right side, whose positions share the view's name prefix): a copy of one would
+      // leave them apart. Both restore from their changelogs instead.
+      if (v.is_fk_join()) continue;
       if (stopping_ || clock_type::now() >= deadline) return;
       auto r = copy(v, partition, deadline);
       if (r == outcome::skipped) continue;
@@ -118,6 +124,14 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
   if (!id) return outcome::skipped;
   auto local = db_.stored_position(*id, partition);
   if (!local.ok()) return outcome::skipped;  // ingest reports it when it reads the same position
+  // A join view's state is two column families, its joined values and each key's sides
+  // (from which later records are joined): a copy carries both, or is not installed.
+  std::vector<storage::view_id> companions;
+  if (v.is_join()) {
+    auto sides = db_.find_view(join_sides_name(v));
+    if (!sides) return outcome::skipped;  // never: the sides' column family is made with the view's
+    companions.push_back(*sides);
+  }
 
   // The other members that could hold a copy; none (a restart of the only instance):
   // nothing to ask, and nothing to wait for.
@@ -180,6 +194,13 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
     auto j = nlohmann::json::parse(r->body, nullptr, false);
     auto positions = positions_from(j);
     if (!positions) continue;
+    if (v.is_join() && !carries_sides(j)) {
+      // An instance whose copies hold only the joined values: without the sides, later
+      // records could not be joined. The partition restores from its changelog instead.
+      server_log()->info("store {} partition {}: {} offers a copy without the join's sides", v.name, partition,
+                         endpoint);
+      continue;
+    }
     auto pos = own_position(*positions, v.name);
     if (pos && *pos > best.position) best = {endpoint, *pos};
   }
@@ -199,9 +220,10 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
   auto positions = positions_from(offer);
   if (!positions || !offer.contains("session") || !offer["session"].is_string() || !own_position(*positions, v.name))
     return fail("the offer is malformed");
+  if (v.is_join() && !carries_sides(offer)) return fail("the offer does not carry the join's sides");
   const std::string session = offer["session"].get<std::string>();
 
-  auto loader = db_.load_partition(*id, partition);
+  auto loader = db_.load_partition(*id, partition, companions);
   if (!loader.ok()) return fail(loader.error().to_string());
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> hash(XXH64_createState(), &XXH64_freeState);
   XXH64_reset(hash.get(), 0);
@@ -209,7 +231,7 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
     return send(best.endpoint, request("GET", base + "?session=" + session + "&page=" + std::to_string(n),
                                        clock_type::now() + cfg_.page_timeout));
   };
-  uint64_t n = 0;
+  uint64_t n = 0, sides = 0;
   auto next = page(0);
   for (;;) {
     auto r = next.get();
@@ -219,9 +241,14 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
     // The next page travels while this one is written.
     if (!last) next = page(n + 1);
     uint64_t frames = 0;
-    auto s = for_each_snapshot_frame(r->body, [&](std::string_view key, std::string_view value, bool version) {
+    auto s = for_each_snapshot_frame(r->body, [&](std::string_view key, std::string_view value, snapshot_frame kind) {
       ++frames;
-      return version ? (*loader)->add_version(key, value) : (*loader)->add(key, value);
+      switch (kind) {
+        case snapshot_frame::version: return (*loader)->add_version(key, value);
+        case snapshot_frame::side: ++sides; return (*loader)->add_companion(0, key, value);  // none: refused
+        case snapshot_frame::entry: break;
+      }
+      return (*loader)->add(key, value);
     });
     if (!s.ok()) return fail("page " + std::to_string(n) + ": " + s.to_string());
     if (number_header(*r, "X-Kstate-Snapshot-Entries") != frames)
@@ -233,6 +260,10 @@ bootstrapper::outcome bootstrapper::copy(const view_def& v, int32_t partition, c
         return fail("the copy holds " + std::to_string((*loader)->entries()) + " entries, not the number sent");
       if (number_header(*r, "X-Kstate-Snapshot-Digest", 16) != XXH64_digest(hash.get()))
         return fail("the checksum of the pages received does not match the sender's");
+      // A join's copy says how many sides it sent: a copy without that count (a sender
+      // that does not send sides) or with another number is never installed half.
+      if (v.is_join() && number_header(*r, "X-Kstate-Snapshot-Sides") != sides)
+        return fail("the copy holds " + std::to_string(sides) + " sides of the join, not the number sent");
       break;
     }
     if (stopping_) return fail("stopping");

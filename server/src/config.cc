@@ -553,6 +553,10 @@ app_config parse(const YAML::Node& root) {
         // their producers' partitioner; other re-keyed views are partitioned by kstate.
         if (!v.is_join()) v.partitioner = "murmur2";
       }
+      if (v.is_fk_join()) {
+        v.join->subscription_topic = c.application_id + "-" + v.name + "-subscription";
+        v.join->subscription_changelog_topic = c.application_id + "-" + v.name + "-subscription-changelog";
+      }
     }
     c.views.push_back(std::move(v));
   }

@@ -30,7 +30,7 @@ void parse_join(const YAML::Node& n, const std::string& where, view_def& v) {
   auto j = n["join"];
   if (!j || !j.IsMap())
     fail(jw, "is required for kind join: {type: inner|left|outer, right: <topic>, left_name, right_name, select}");
-  check_keys(j, jw, {"type", "right", "right_partitioner", "left_name", "right_name", "select"});
+  check_keys(j, jw, {"type", "right", "right_partitioner", "foreign_key", "left_name", "right_name", "select"});
   join_spec spec;
   if (j["type"]) {
     auto t = get_string(j["type"], jw + ".type");
@@ -41,6 +41,15 @@ void parse_join(const YAML::Node& n, const std::string& where, view_def& v) {
   if (spec.right_topic.empty()) fail(jw + ".right", "must not be empty");
   spec.right_partitioner.clear();  // completed by check_join_inputs: the view's partitioner
   if (j["right_partitioner"]) spec.right_partitioner = get_string(j["right_partitioner"], jw + ".right_partitioner");
+  if (j["foreign_key"]) {
+    spec.foreign_key = get_string(j["foreign_key"], jw + ".foreign_key");
+    if (!dotted_path(spec.foreign_key))
+      fail(jw + ".foreign_key",
+           "must be a dotted path of the left value's field naming the right key, such as customer.id (got '" +
+               spec.foreign_key + "')");
+    if (spec.type == join_type::outer)
+      fail(jw + ".type", "a foreign-key join is inner or left (an outer one has no key for a right-only row)");
+  }
   if (j["left_name"]) spec.left_name = get_string(j["left_name"], jw + ".left_name");
   if (j["right_name"]) spec.right_name = get_string(j["right_name"], jw + ".right_name");
   if (spec.left_name.empty()) fail(jw + ".left_name", "must not be empty");
@@ -102,7 +111,9 @@ void check_join_inputs(std::vector<view_def>& views) {
         spec.right_partitioner != "fnv1a")
       fail(where + ".join.right_partitioner",
            "must be one of: murmur2, consistent, fnv1a (got '" + spec.right_partitioner + "')");
-    if (spec.right_partitioner != v.partitioner)
+    // A foreign-key join routes by each side's own partitioner: the inputs need not be
+    // co-partitioned.
+    if (!spec.by_foreign_key() && spec.right_partitioner != v.partitioner)
       fail(where + ".join.right_partitioner",
            "the inputs are not co-partitioned: topic '" + v.input_topic() + "' is partitioned by " + v.partitioner +
                ", topic '" + spec.right_topic + "' by " + spec.right_partitioner +

@@ -128,6 +128,7 @@ std::string render_config(const app_config& c) {
       e << YAML::Key << "join" << YAML::Value << YAML::BeginMap << YAML::Key << "type" << YAML::Value
         << to_string(j.type) << YAML::Key << "right" << YAML::Value << j.right_topic << YAML::Key << "right_partitioner"
         << YAML::Value << j.right_partitioner;
+      if (j.by_foreign_key()) e << YAML::Key << "foreign_key" << YAML::Value << j.foreign_key;
       if (j.select.empty()) {
         e << YAML::Key << "left_name" << YAML::Value << j.left_name << YAML::Key << "right_name" << YAML::Value
           << j.right_name;

@@ -6,14 +6,17 @@
 
 namespace kstate::server {
 
-void append_snapshot_frame(std::string& out, std::string_view key, std::string_view value, bool version) {
+void append_snapshot_frame(std::string& out, std::string_view key, std::string_view value, snapshot_frame kind) {
   auto put = [&out](uint32_t v) {
     out.push_back(static_cast<char>(v >> 24));
     out.push_back(static_cast<char>(v >> 16));
     out.push_back(static_cast<char>(v >> 8));
     out.push_back(static_cast<char>(v));
   };
-  put(static_cast<uint32_t>(key.size()) | (version ? snapshot_version_flag : 0));
+  const uint32_t flag = kind == snapshot_frame::version ? snapshot_version_flag
+                        : kind == snapshot_frame::side  ? snapshot_side_flag
+                                                        : 0;
+  put(static_cast<uint32_t>(key.size()) | flag);
   put(static_cast<uint32_t>(value.size()));
   out.append(key);
   out.append(value);
@@ -31,9 +34,11 @@ struct snapshot_sender::session {
   bool ended = false;      // the last page was made
   storage::view_id view = 0;
   int32_t partition = 0;
-  // The plain entries were all sent; `it` reads the stored versions (versioned views;
-  // none for others).
-  bool versions = false;
+  // What `it` reads: the view's entries, then its stored versions (versioned views; none
+  // for others), then a join view's sides.
+  snapshot_frame phase = snapshot_frame::entry;
+  std::optional<storage::view_id> sides;  // a join view's sides
+  uint64_t total_sides = 0;
   std::chrono::steady_clock::time_point used;  // guarded by snapshot_sender::mu_
 
   session() { XXH64_reset(hash, 0); }
@@ -43,8 +48,16 @@ struct snapshot_sender::session {
   }
 };
 
-snapshot_sender::snapshot_sender(const storage::db& db, snapshot_sender_limits limits) : db_(db), limits_(limits) {}
+snapshot_sender::snapshot_sender(const storage::db& db, snapshot_sender_limits limits,
+                                 const std::vector<view_def>& views)
+    : db_(db), limits_(limits) {
+  for (const auto& v : views)
+    if (v.is_join())
+      if (auto id = db_.find_view(join_sides_name(v))) sides_.emplace(v.name, *id);
+}
 snapshot_sender::~snapshot_sender() = default;
+
+bool snapshot_sender::carries_sides(std::string_view view) const { return sides_.find(view) != sides_.end(); }
 
 result<view_positions> snapshot_sender::positions(std::string_view view, int32_t partition) const {
   auto id = db_.find_view(view);
@@ -84,6 +97,7 @@ result<snapshot_sender::offer> snapshot_sender::open(std::string_view view, int3
   s->it = s->snap->scan(*id, partition, std::nullopt, std::nullopt, false, storage::scan_use::sweep);
   s->view = *id;
   s->partition = partition;
+  if (auto j = sides_.find(view); j != sides_.end()) s->sides = j->second;
   s->used = now;
   std::random_device rd;
   char id_hex[33];
@@ -113,24 +127,35 @@ result<snapshot_page> snapshot_sender::read(const std::string& id, uint64_t n) {
   for (;;) {
     if (!s->it->valid()) {
       if (auto e = s->it->error(); !e.ok()) return e;
-      if (s->versions) break;
-      // Then the partition's stored versions (an empty scan unless the view is versioned).
-      s->it = s->snap->scan_versions(s->view, s->partition);
-      s->versions = true;
-      continue;
+      if (s->phase == snapshot_frame::entry) {
+        // Then the partition's stored versions (an empty scan unless the view is versioned).
+        s->it = s->snap->scan_versions(s->view, s->partition);
+        s->phase = snapshot_frame::version;
+        continue;
+      }
+      if (s->phase == snapshot_frame::version && s->sides) {
+        // Then a join view's sides, from the same snapshot as its joined values.
+        s->it = s->snap->scan(*s->sides, s->partition, std::nullopt, std::nullopt, false, storage::scan_use::sweep);
+        s->phase = snapshot_frame::side;
+        continue;
+      }
+      break;
     }
     if (!p.body.empty() && p.body.size() >= limits_.page_bytes) break;
-    append_snapshot_frame(p.body, s->it->key(), s->it->value(), s->versions);
+    append_snapshot_frame(p.body, s->it->key(), s->it->value(), s->phase);
     ++p.entries;
+    if (s->phase == snapshot_frame::side) ++s->total_sides;
     s->it->next();
   }
   if (auto e = s->it->error(); !e.ok()) return e;
   XXH64_update(s->hash, p.body.data(), p.body.size());
   s->total += p.entries;
-  p.last = s->versions && !s->it->valid();
+  const snapshot_frame final_phase = s->sides ? snapshot_frame::side : snapshot_frame::version;
+  p.last = s->phase == final_phase && !s->it->valid();
   if (p.last) {
     p.total_entries = s->total;
     p.digest = XXH64_digest(s->hash);
+    if (s->sides) p.total_sides = s->total_sides;
     s->ended = true;
   }
   ++s->next_page;

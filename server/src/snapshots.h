@@ -11,9 +11,12 @@
 //
 //   key length (4 bytes, big-endian) | value length (4 bytes, big-endian) | key | value
 //
-// (the record key without its partition, and the value as stored). The last page says
-// so and carries the entry count and the XXH64 (seed 0) of every page body in order; the
-// receiver installs the copy only when both match what it received.
+// (the record key without its partition, and the value as stored). The top two bits of
+// the key length say which column family a frame belongs to (snapshot_frame): the
+// view's own entries come first, then a versioned view's versions, then a join view's
+// sides. The last page says so and carries the entry count and the XXH64 (seed 0) of
+// every page body in order, and for a join view the number of side frames; the receiver
+// installs the copy only when all of them match what it received.
 //
 // Thread safety: every member function may be called from any thread.
 
@@ -22,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/view.h"
 #include "storage/db.h"
 
 namespace kstate::server {
@@ -43,6 +48,8 @@ struct snapshot_page {
   // On the last page: entries of the whole copy and the XXH64 of all page bodies.
   uint64_t total_entries = 0;
   uint64_t digest = 0;
+  // On the last page of a join view's copy: its side frames (of total_entries).
+  std::optional<uint64_t> total_sides;
 };
 
 struct snapshot_sender_limits {
@@ -56,8 +63,13 @@ struct snapshot_sender_limits {
 
 class snapshot_sender {
  public:
-  snapshot_sender(const storage::db& db, snapshot_sender_limits limits = {});
+  // `views`: the configured views, so that a join view's copies carry its sides.
+  snapshot_sender(const storage::db& db, snapshot_sender_limits limits = {}, const std::vector<view_def>& views = {});
   ~snapshot_sender();
+
+  // True when copies of `view` carry a join view's sides (side frames, and the count of
+  // them on the last page).
+  bool carries_sides(std::string_view view) const;
 
   // The positions a copy of (view, partition) taken now would reflect; empty when this
   // instance holds no state of it. not_found: no such view.
@@ -84,21 +96,29 @@ class snapshot_sender {
 
   const storage::db& db_;
   snapshot_sender_limits limits_;
+  std::map<std::string, storage::view_id, std::less<>> sides_;  // join view -> its sides
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<session>> sessions_;  // guarded by mu_
 };
 
-// Appends one frame to `out`. `version`: a stored version of a versioned view
-// (storage::snapshot::scan_versions), marked by the top bit of the key's length; those
-// frames follow every plain entry of the partition.
-void append_snapshot_frame(std::string& out, std::string_view key, std::string_view value, bool version = false);
+// What a frame holds: an entry of the view, a stored version of a versioned view
+// (storage::snapshot::scan_versions), or a join view's sides of a key (the entry of the
+// column family join_sides_name()).
+enum class snapshot_frame { entry, version, side };
 
-// The top bit of a frame's key length: the frame holds a stored version.
+// Appends one frame to `out`. Keys are shorter than 2^30 bytes (Kafka's message size
+// bounds them far below): the top two bits of the length are the frame's kind.
+void append_snapshot_frame(std::string& out, std::string_view key, std::string_view value,
+                           snapshot_frame kind = snapshot_frame::entry);
+
+// The top bits of a frame's key length: the frame holds a stored version, or sides.
 inline constexpr uint32_t snapshot_version_flag = 0x80000000u;
+inline constexpr uint32_t snapshot_side_flag = 0x40000000u;
 
 // Splits a page body into frames, calling `each(key, value)` for every one, or
-// `each(key, value, version)` when `each` takes the flag; invalid_argument when the
-// body does not end on a frame boundary.
+// `each(key, value, kind)` when `each` takes the kind (an `each` that does not is given
+// entries only: another kind is invalid_argument); invalid_argument when the body does
+// not end on a frame boundary or a frame has both kind bits.
 template <typename F>
 status for_each_snapshot_frame(std::string_view body, F&& each) {
   auto u32 = [](const char* p) {
@@ -111,14 +131,17 @@ status for_each_snapshot_frame(std::string_view body, F&& each) {
   while (at < body.size()) {
     if (body.size() - at < 8) return status::invalid_argument("snapshot page: a frame header is cut short");
     const uint32_t head = u32(body.data() + at);
-    const bool version = (head & snapshot_version_flag) != 0;
-    uint64_t klen = head & ~snapshot_version_flag, vlen = u32(body.data() + at + 4);
+    const bool version = (head & snapshot_version_flag) != 0, side = (head & snapshot_side_flag) != 0;
+    if (version && side) return status::invalid_argument("snapshot page: a frame of two kinds");
+    const snapshot_frame kind = version ? snapshot_frame::version : side ? snapshot_frame::side : snapshot_frame::entry;
+    uint64_t klen = head & ~(snapshot_version_flag | snapshot_side_flag), vlen = u32(body.data() + at + 4);
     at += 8;
     if (body.size() - at < klen + vlen) return status::invalid_argument("snapshot page: a frame is cut short");
     status s;
-    if constexpr (std::is_invocable_v<F, std::string_view, std::string_view, bool>)
-      s = each(body.substr(at, klen), body.substr(at + klen, vlen), version);
-    else if (version) return status::invalid_argument("snapshot page: a version where none is expected");
+    if constexpr (std::is_invocable_v<F, std::string_view, std::string_view, snapshot_frame>)
+      s = each(body.substr(at, klen), body.substr(at + klen, vlen), kind);
+    else if (kind != snapshot_frame::entry)
+      return status::invalid_argument("snapshot page: a version or sides where none are expected");
     else s = each(body.substr(at, klen), body.substr(at + klen, vlen));
     if (!s.ok()) return s;
     at += klen + vlen;

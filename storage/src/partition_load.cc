@@ -1,6 +1,7 @@
 // Installing one partition of a view from a copy made elsewhere (db::load_partition):
-// the entries go into an SST file as they arrive, and the file is ingested with the
-// positions it reflects in one atomic step.
+// the entries go into SST files as they arrive (one per column family: the view's, its
+// versions', its companions'), and the files are ingested with the positions they
+// reflect in one atomic step.
 
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
@@ -54,21 +55,36 @@ struct load_parts {
   const std::map<std::string, window_expiry*, std::less<>>* expiry_by_position;
   const std::map<std::string, versioned_state*, std::less<>>* versioned_by_position;
   rocksdb::ColumnFamilyHandle* versions_cf;  // a versioned view's versions; else null
+  // Column families whose partition is replaced with the view's (a join view's sides).
+  std::vector<rocksdb::ColumnFamilyHandle*> companions;
 };
+
+// [begin, end) of one partition's plain keys in a view's column family. The last
+// partition ends where versions begin (prefix with the top bit set).
+std::pair<std::string, std::string> partition_range(int32_t partition) {
+  return {encode_data_key(partition, {}),
+          partition == INT32_MAX ? std::string("\x80\x00\x00\x00", 4) : encode_data_key(partition + 1, {})};
+}
 
 class rocks_partition_loader final : public partition_loader {
  public:
   rocks_partition_loader(load_parts parts, view_id view, int32_t partition)
-      : owner_(std::move(parts)), view_(view), partition_(partition), cf_(owner_.cf) {}
+      : owner_(std::move(parts)),
+        view_(view),
+        partition_(partition),
+        cf_(owner_.cf),
+        companion_writers_(owner_.companions.size()) {}
 
   ~rocks_partition_loader() override {
     writer_.reset();
     versions_writer_.reset();
+    companion_writers_.clear();
     if (!committed_) {
       std::error_code ec;
       std::filesystem::remove(data_path_, ec);
       std::filesystem::remove(meta_path_, ec);
       std::filesystem::remove(versions_path_, ec);
+      for (size_t i = 0; i < owner_.companions.size(); ++i) std::filesystem::remove(companion_path(i), ec);
     }
   }
 
@@ -78,6 +94,7 @@ class rocks_partition_loader final : public partition_loader {
     if (ec) return status::io_error("creating '" + dir + "': " + ec.message());
     auto stem = dir + "/" + std::to_string(view_) + "-" + std::to_string(partition_) + "-" +
                 std::to_string(loader_serial.fetch_add(1));
+    stem_ = stem;
     data_path_ = stem + ".data.sst";
     meta_path_ = stem + ".positions.sst";
     versions_path_ = stem + ".versions.sst";
@@ -89,6 +106,27 @@ class rocks_partition_loader final : public partition_loader {
   status add(std::string_view key, std::string_view value) override {
     if (committed_ || !writer_) return status::internal("partition_loader: already committed");
     auto s = writer_->Put(encode_data_key(partition_, key), rocksdb::Slice(value.data(), value.size()));
+    if (!s.ok()) return from_rocks(s, "loading entry " + std::to_string(entries_ + 1));
+    ++plain_;
+    ++entries_;
+    bytes_ += key.size() + value.size();
+    return status::ok_status();
+  }
+
+  status add_companion(size_t i, std::string_view key, std::string_view value) override {
+    if (committed_ || !writer_) return status::internal("partition_loader: already committed");
+    if (i >= owner_.companions.size())
+      return status::invalid_argument("partition_loader: '" + owner_.view_name + "' has no companion " +
+                                      std::to_string(i));
+    auto& w = companion_writers_[i];
+    if (!w) {
+      w = std::make_unique<rocksdb::SstFileWriter>(
+          rocksdb::EnvOptions(),
+          rocksdb::Options(owner_.rdb->GetDBOptions(), owner_.rdb->GetOptions(owner_.companions[i])),
+          owner_.companions[i]);
+      if (auto s = w->Open(companion_path(i)); !s.ok()) return from_rocks(s, "opening '" + companion_path(i) + "'");
+    }
+    auto s = w->Put(encode_data_key(partition_, key), rocksdb::Slice(value.data(), value.size()));
     if (!s.ok()) return from_rocks(s, "loading entry " + std::to_string(entries_ + 1));
     ++entries_;
     bytes_ += key.size() + value.size();
@@ -128,7 +166,7 @@ class rocks_partition_loader final : public partition_loader {
     if (!own) return status::invalid_argument("no position for view '" + view + "'");
 
     std::vector<rocksdb::IngestExternalFileArg> args;
-    if (entries_ > versions_) {
+    if (plain_ > 0) {
       if (auto s = writer_->Finish(); !s.ok()) return from_rocks(s, "finishing '" + data_path_ + "'");
       args.emplace_back();
       args.back().column_family = cf_;
@@ -142,6 +180,15 @@ class rocks_partition_loader final : public partition_loader {
       args.back().external_files = {versions_path_};
     }
     versions_writer_.reset();
+    for (size_t i = 0; i < companion_writers_.size(); ++i) {
+      if (!companion_writers_[i]) continue;  // nothing of it in the copy
+      if (auto s = companion_writers_[i]->Finish(); !s.ok())
+        return from_rocks(s, "finishing '" + companion_path(i) + "'");
+      companion_writers_[i].reset();
+      args.emplace_back();
+      args.back().column_family = owner_.companions[i];
+      args.back().external_files = {companion_path(i)};
+    }
 
     std::vector<std::pair<std::string, std::string>> keyed;
     for (const auto& [name, offset] : positions)
@@ -166,10 +213,10 @@ class rocks_partition_loader final : public partition_loader {
     // ingestion below the partition has no position, so a crash in between makes ingest
     // rebuild it from the beginning; it is never served as caught up half-installed.
     rocksdb::WriteBatch clear;
-    auto begin = encode_data_key(partition_, {});
-    // The last partition ends where versions begin (prefix with the top bit set).
-    auto end = partition_ == INT32_MAX ? std::string("\x80\x00\x00\x00", 4) : encode_data_key(partition_ + 1, {});
+    const auto [begin, end] = partition_range(partition_);
     if (auto s = clear.DeleteRange(cf_, begin, end); !s.ok()) return from_rocks(s, "clearing the partition");
+    for (auto* companion : owner_.companions)  // their partition too, whatever the copy holds of it
+      if (auto s = clear.DeleteRange(companion, begin, end); !s.ok()) return from_rocks(s, "clearing the partition");
     if (owner_.versions_cf) {  // a versioned view's versions of the partition too
       auto vbegin = version_prefix(partition_);
       auto vend = partition_ == INT32_MAX ? std::string(5, '\xff') : version_prefix(partition_ + 1);
@@ -210,10 +257,15 @@ class rocks_partition_loader final : public partition_loader {
   view_id view_;
   int32_t partition_;
   rocksdb::ColumnFamilyHandle* cf_;
-  std::string data_path_, meta_path_, versions_path_;
+  std::string companion_path(size_t i) const { return stem_ + ".companion-" + std::to_string(i) + ".sst"; }
+
+  std::string stem_, data_path_, meta_path_, versions_path_;
   std::unique_ptr<rocksdb::SstFileWriter> writer_;
   std::unique_ptr<rocksdb::SstFileWriter> versions_writer_;  // opened by the first version
-  uint64_t versions_ = 0;                                    // of entries_
+  // Opened by each companion's first entry.
+  std::vector<std::unique_ptr<rocksdb::SstFileWriter>> companion_writers_;
+  uint64_t plain_ = 0;     // of entries_: the view's own
+  uint64_t versions_ = 0;  // of entries_
   uint64_t entries_ = 0;
   uint64_t bytes_ = 0;
   bool committed_ = false;
@@ -221,14 +273,21 @@ class rocks_partition_loader final : public partition_loader {
 
 }  // namespace
 
-result<std::unique_ptr<partition_loader>> db::load_partition(view_id view, int32_t partition) {
+result<std::unique_ptr<partition_loader>> db::load_partition(view_id view, int32_t partition,
+                                                             const std::vector<view_id>& companions) {
   if (view >= impl_->views.size()) return status::invalid_argument("load_partition: unknown view id");
   if (partition < 0) return status::invalid_argument("load_partition: negative partition");
+  std::vector<rocksdb::ColumnFamilyHandle*> companion_cfs;
+  for (view_id c : companions) {
+    if (c >= impl_->views.size() || c == view)
+      return status::invalid_argument("load_partition: companion " + std::to_string(c) + " is not another view");
+    companion_cfs.push_back(impl_->views[c]);
+  }
   auto v = impl_->versioned.find(view);
   rocksdb::ColumnFamilyHandle* versions_cf = v == impl_->versioned.end() ? nullptr : v->second->cf;
   auto loader = std::make_unique<rocks_partition_loader>(
       load_parts{impl_->rdb.get(), impl_->meta, impl_->views[view], impl_->view_names[view], &impl_->expiry_by_position,
-                 &impl_->versioned_by_position, versions_cf},
+                 &impl_->versioned_by_position, versions_cf, std::move(companion_cfs)},
       view, partition);
   if (auto s = loader->open(impl_->rdb->GetName() + "/bootstrap"); !s.ok()) return s;
   return std::unique_ptr<partition_loader>(std::move(loader));

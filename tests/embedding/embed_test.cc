@@ -140,6 +140,13 @@ TEST_CASE("view options are checked by the configuration's rules, naming the key
     o.views[2].join->select = {{.side = "left", .field = "amount", .as = "amount"},
                                {.side = "right", .field = "name", .as = "customer"}};
     CHECK(node::create(o).ok());
+    o.views[2].join->foreign_key = "customer..id";
+    CHECK(contains(refusal(o), "views[2].join.foreign_key: must be a dotted path"));
+    o.views[2].join->foreign_key = "customer.id";
+    o.views[2].join->type = "outer";
+    CHECK(contains(refusal(o), "views[2].join.type: a foreign-key join is inner or left"));
+    o.views[2].join->type = "left";
+    CHECK(node::create(o).ok());
   }
   SUBCASE("reduce and fields") {
     auto o = valid();

@@ -1,6 +1,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <random>
+
 #include "live_server.h"
 
 namespace {
@@ -35,6 +37,27 @@ TEST_CASE("parse_target: %2F decodes to '/' inside one segment") {
   CHECK(req.segments[2] == "a/b");
   CHECK(req.segments[4] == "x");
   CHECK(req.path == "/v1/stores/a%2Fb/keys/x");  // path stays raw
+}
+
+TEST_CASE("parse_target: a plain path (no escapes, no query) splits as the general parser does") {
+  // With a '?' appended the target takes the general parser (an empty query adds no
+  // parameter); both must give the same path and segments.
+  std::mt19937 rng(7);
+  const std::string alphabet = "abcXYZ019-._~!$&'()*+,;=:@/";
+  std::uniform_int_distribution<size_t> len(0, 24), pick(0, alphabet.size() - 1);
+  for (int i = 0; i < 5000; ++i) {
+    std::string target = "/";
+    for (size_t n = len(rng); n > 0; --n) target += alphabet[pick(rng)];
+    CAPTURE(target);
+    auto plain = parsed(target);
+    auto general = parsed(target + "?");
+    CHECK(plain.path == general.path);
+    CHECK(plain.segments == general.segments);
+    CHECK(plain.query.empty());
+  }
+  CHECK(parsed("/").segments.empty());
+  CHECK(parsed("//x").segments == std::vector<std::string>{"", "x"});
+  CHECK(parsed("/./v1/stores").segments == std::vector<std::string>{".", "v1", "stores"});
 }
 
 TEST_CASE("parse_target: %00 yields a NUL byte inside the segment") {

@@ -25,20 +25,6 @@ struct step {
   bool operator==(const step&) const = default;
 };
 
-// Reads events until `done` says the subscriber has seen enough (or the deadline).
-template <typename Done>
-std::vector<event> read_until(sse_stream& s, Done done, std::chrono::seconds timeout) {
-  std::vector<event> out;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline && s.open()) {
-    if (auto e = s.next()) {
-      out.push_back(std::move(*e));
-      if (done(out)) break;
-    }
-  }
-  return out;
-}
-
 // The first difference of two maps of windows, for a failure's message.
 std::string first_difference(const std::map<std::pair<std::string, int64_t>, int64_t>& got,
                              const std::map<std::pair<std::string, int64_t>, int64_t>& want) {

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "support.h"
 
@@ -125,5 +127,19 @@ class sse_stream {
   bool chunked_ = false;
   std::string raw_, text_, body_;
 };
+
+// Reads events until `done` says the subscriber has seen enough (or the deadline).
+template <typename Done>
+std::vector<event> read_until(sse_stream& s, Done done, std::chrono::seconds timeout) {
+  std::vector<event> out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline && s.open()) {
+    if (auto e = s.next()) {
+      out.push_back(std::move(*e));
+      if (done(out)) break;
+    }
+  }
+  return out;
+}
 
 }  // namespace kstate::testing

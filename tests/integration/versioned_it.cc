@@ -1,6 +1,6 @@
 // Versioned table views against the real broker (docs/configuration.md#versioned-tables):
 // out-of-order records and tombstones are placed by timestamp, as-of lookups, version
-// lists and as-of range pages agree with a model through either of two instances, a
+// lists, as-of range pages, batches and counts agree with a model through either of two instances, a
 // record older than the history is dropped and counted, and an instance rebuilt from
 // the topic (state deleted), or one that copied its partitions from a peer, answers the
 // same.
@@ -169,7 +169,57 @@ void check_all(uint16_t port, const version_model& m, int64_t lo, int64_t hi) {
     CHECK(got_prefix == want_prefix);
   }
 
+  // Batches and counts as of a time: every key (and one never written) in one batch,
+  // so the keys of the other instance's partitions are asked of it; the count sums
+  // both instances' partitions.
+  nlohmann::json batch{{"keys", nlohmann::json::array()}};
+  for (const auto& [key, versions] : m.versions) batch["keys"].push_back(key);
+  batch["keys"].push_back("never-written");
+  for (int i = 0; i < 8; ++i) {
+    const int64_t t = i == 0 ? hi : i == 1 ? lo : when(rng);
+    CAPTURE(t);
+    std::map<std::string, std::string> want;
+    for (const auto& [key, versions] : m.versions)
+      if (auto a = m.at(key, t); a && a->value) want.emplace(key, *a->value);
+    auto b = c.post("/v1/stores/prices/keys:batchGet?as_of=" + url_time(t), "application/json", batch.dump());
+    REQUIRE(b);
+    REQUIRE_MESSAGE(b->status == 200, b->body);
+    auto bj = b->body_json();
+    std::map<std::string, std::string> got;
+    for (const auto& e : bj["data"]) got.emplace(e["key"].get<std::string>(), e["value"].get<std::string>());
+    CHECK(got == want);
+    std::set<std::string> missing, want_missing{"never-written"};
+    for (const auto& k : bj["missing"]) missing.insert(k.get<std::string>());
+    for (const auto& [key, versions] : m.versions)
+      if (!want.count(key)) want_missing.insert(key);
+    CHECK(missing == want_missing);
+    CHECK(bj["metadata"]["position"].size() == 3);  // the keys span every partition
+
+    auto n = c.get("/v1/stores/prices/count?as_of=" + url_time(t));
+    REQUIRE(n);
+    REQUIRE_MESSAGE(n->status == 200, n->body);
+    auto nj = n->body_json();
+    CHECK(nj["count"] == want.size());
+    CHECK(nj["exact"] == true);
+    CHECK(nj["metadata"]["position"].size() == 3);
+  }
+
   // Before the history kept: unknown (410), not absent; on a store without versions: 400.
+  for (const std::string where : {"keys:batchGet", "count"}) {
+    CAPTURE(where);
+    const std::string before = "?as_of=" + url_time(lo - 3 * 3600 * 1000);
+    auto g = where == "count" ? c.get("/v1/stores/prices/count" + before)
+                              : c.post("/v1/stores/prices/keys:batchGet" + before, "application/json", batch.dump());
+    REQUIRE(g);
+    CHECK_MESSAGE(g->status == 410, g->body);
+    CHECK(g->body_json()["error_code"] == 41002);
+    const std::string at = "?as_of=" + url_time(hi);
+    auto p = where == "count" ? c.get("/v1/stores/plain/count" + at)
+                              : c.post("/v1/stores/plain/keys:batchGet" + at, "application/json", batch.dump());
+    REQUIRE(p);
+    CHECK(p->status == 400);
+    CHECK(p->body.find("versioned") != std::string::npos);
+  }
   auto gone = c.get("/v1/stores/prices/keys/k00?as_of=" + url_time(lo - 3 * 3600 * 1000));
   REQUIRE(gone);
   CHECK(gone->status == 410);

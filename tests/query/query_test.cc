@@ -683,7 +683,44 @@ TEST_CASE("a versioned store answers lookups, version lists and pages as of any 
       std::vector<std::pair<std::string, std::string>> swept;
       for (const auto& e : streamed) swept.emplace_back(e.key, e.value);
       CHECK(swept == live);
+      // A batch of every key (and one never written) as of t: each key's value then, or
+      // absent; the count is the keys live then, summed the same over partition subsets.
+      std::vector<std::pair<int32_t, std::string>> located;
+      for (const auto& [k, vs] : model) located.emplace_back(part(k, partitions), k);
+      located.emplace_back(part("never", partitions), "never");
+      auto batch = q.get_many("s", located, t);
+      REQUIRE(batch.ok());
+      REQUIRE(batch.answer().entries.size() == located.size());
+      for (size_t i = 0; i < located.size(); ++i) {
+        CAPTURE(located[i].second);
+        CHECK(batch.answer().entries[i].value ==
+              (located[i].second == "never" ? std::nullopt : at(located[i].second, t)));
+      }
+      auto counted = q.count("s", 1'000'000, std::nullopt, t);
+      REQUIRE(counted.ok());
+      CHECK(counted.answer().exact);
+      CHECK(counted.answer().count == live.size());
+      uint64_t in_parts = 0;
+      for (std::vector<int32_t> subset : {std::vector<int32_t>{0, 2}, std::vector<int32_t>{1, 3}}) {
+        auto c = q.count("s", 1'000'000, subset, t);
+        REQUIRE(c.ok());
+        in_parts += c.answer().count;
+      }
+      CHECK(in_parts == live.size());
     }
+    // Without as_of, the batch answers the latest values, as before.
+    {
+      std::vector<std::pair<int32_t, std::string>> located;
+      for (const auto& [k, vs] : model) located.emplace_back(part(k, partitions), k);
+      auto latest = q.get_many("s", located);
+      REQUIRE(latest.ok());
+      for (size_t i = 0; i < located.size(); ++i)
+        CHECK(latest.answer().entries[i].value == at(located[i].second, 4000));
+    }
+    // A count as of a time over a store beyond the exact limit would scan it all: refused.
+    auto too_many = q.count("s", 10, std::nullopt, start);
+    REQUIRE_FALSE(too_many.ok());
+    CHECK(too_many.failure() == failure_reason::too_many_keys);
     // Version lists, newest first, the latest one open-ended.
     for (const auto& [k, vs] : model) {
       auto a = q.versions(version_query{.store = "s", .key = k, .from = 0, .to = INT64_MAX, .limit = 1000});
@@ -706,6 +743,13 @@ TEST_CASE("a versioned store answers lookups, version lists and pages as of any 
     auto gone_page = q.range(range_query{.store = "s", .as_of = start - 2 * history}, 10);
     REQUIRE_FALSE(gone_page.ok());
     CHECK(gone_page.failure() == failure_reason::history_unavailable);
+    auto gone_batch =
+        q.get_many("s", {{part(model.begin()->first, partitions), model.begin()->first}}, start - 2 * history);
+    REQUIRE_FALSE(gone_batch.ok());
+    CHECK(gone_batch.failure() == failure_reason::history_unavailable);
+    auto gone_count = q.count("s", 1'000'000, std::nullopt, start - 2 * history);
+    REQUIRE_FALSE(gone_count.ok());
+    CHECK(gone_count.failure() == failure_reason::history_unavailable);
   }
   std::filesystem::remove_all(dir);
 }

@@ -33,6 +33,7 @@
 #include "query/freshness.h"
 #include "query/key_format.h"
 #include "api/peer_auth.h"
+#include "bootstrap.h"
 #include "snapshots.h"
 #include "server/api.h"
 #include "server/auth.h"
@@ -641,6 +642,180 @@ TEST_CASE("partition copies: only signed peers reach them; pages hold the partit
   // The copy was sent whole: room for the next one.
   CHECK(peer("POST", base).status == 200);
   CHECK(peer("GET", base + "?session=nosuchsession&page=0").status == 404);
+}
+
+TEST_CASE("a join view's copy carries its sides after the joined values, and says how many on the last page") {
+  const std::string dir = temp_dir();
+  storage::db_options o{.path = dir};
+  o.verify_files_interval_ms = 0;
+  auto opened = storage::db::open(o, {"j", "j#sides", "t"});
+  REQUIRE(opened.ok());
+  auto& d = *opened.value();
+  const auto j = *d.find_view("j"), sides = *d.find_view("j#sides"), t = *d.find_view("t");
+  // Partition 0: sides of every key, joined values of two in three (an inner join holds
+  // sides of keys not joined yet).
+  std::map<std::string, std::string> joined, side_model;
+  auto b = d.new_batch();
+  for (int i = 0; i < 200; ++i) {
+    const auto k = "k" + std::to_string(i);
+    side_model[k] = "sides of " + k;
+    b.put(sides, 0, k, side_model[k]);
+    if (i % 3 != 0) {
+      joined[k] = "joined " + k;
+      b.put(j, 0, k, joined[k]);
+    }
+  }
+  b.put(sides, 1, "another-partition", "x");
+  b.set_position(j, 0, 200);
+  b.put(t, 0, "plain", "v");
+  b.set_position(t, 0, 1);
+  REQUIRE(d.write(b).ok());
+  const std::vector<view_def> views{view_def{.name = "j", .kind = view_kind::join, .topic = "r"},
+                                    view_def{.name = "t", .topic = "t"}};
+  server::snapshot_sender_limits limits;
+  limits.page_bytes = 500;  // many pages
+  // Its sessions hold snapshots of the database: it goes first.
+  auto sender = std::make_unique<server::snapshot_sender>(d, limits, views);
+  CHECK(sender->carries_sides("j"));
+  CHECK_FALSE(sender->carries_sides("t"));
+
+  for (const std::string store : {"j", "t"}) {
+    CAPTURE(store);
+    auto offer = sender->open(store, 0);
+    REQUIRE(offer.ok());
+    std::map<std::string, std::string> got, got_sides;
+    bool entry_after_side = false;
+    uint64_t total = 0;
+    std::optional<uint64_t> total_sides;
+    for (uint64_t n = 0; n < 1000; ++n) {
+      auto page = sender->read(offer->session, n);
+      REQUIRE(page.ok());
+      REQUIRE(server::for_each_snapshot_frame(page->body, [&](std::string_view k, std::string_view v,
+                                                              server::snapshot_frame kind) {
+                if (kind == server::snapshot_frame::version) return status::internal("a version of no versioned view");
+                if (kind == server::snapshot_frame::side) got_sides.emplace(k, v);
+                else {
+                  entry_after_side = entry_after_side || !got_sides.empty();
+                  got.emplace(k, v);
+                }
+                return status::ok_status();
+              }).ok());
+      total += page->entries;
+      if (page->last) {
+        CHECK(page->total_entries == total);
+        total_sides = page->total_sides;
+        break;
+      }
+    }
+    if (store == "j") {
+      CHECK(got == joined);
+      CHECK(got_sides == side_model);
+      CHECK(total_sides == side_model.size());
+      CHECK_FALSE(entry_after_side);
+    } else {
+      CHECK(got == std::map<std::string, std::string>{{"plain", "v"}});
+      CHECK(got_sides.empty());
+      CHECK_FALSE(total_sides.has_value());
+    }
+  }
+
+  // A reader that takes entries only refuses sides rather than taking them for entries,
+  // and a frame of two kinds is malformed.
+  std::string body;
+  server::append_snapshot_frame(body, "k", "v", server::snapshot_frame::side);
+  CHECK_FALSE(server::for_each_snapshot_frame(body, [](std::string_view, std::string_view) {
+                return status::ok_status();
+              }).ok());
+  body[0] = static_cast<char>(0xc0);
+  CHECK_FALSE(server::for_each_snapshot_frame(body, [](std::string_view, std::string_view, server::snapshot_frame) {
+                return status::ok_status();
+              }).ok());
+  sender.reset();
+  opened.value().reset();
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a join partition is copied with its sides, and never from a sender whose copies lack them") {
+  const std::string secret = "0123456789abcdef-the-group-secret";
+  // The sender's state, declared first: the sender's sessions hold snapshots of it.
+  const std::string src_dir = temp_dir();
+  auto src = storage::db::open(storage::db_options{.path = src_dir, .verify_files_interval_ms = 0}, {"j", "j#sides"});
+  REQUIRE(src.ok());
+  auto& s = *src.value();
+  const auto j = *s.find_view("j"), sides = *s.find_view("j#sides");
+  std::map<std::string, std::string> joined, side_model;
+  auto b = s.new_batch();
+  for (int i = 0; i < 300; ++i) {
+    const auto k = "k" + std::to_string(i);
+    side_model[k] = "sides of " + k;
+    b.put(sides, 0, k, side_model[k]);
+    if (i % 4 != 0) {
+      joined[k] = "joined " + k;
+      b.put(j, 0, k, joined[k]);
+    }
+  }
+  b.set_position(j, 0, 300);
+  b.set_named_position("j#changelog", 0, 280);
+  REQUIRE(s.write(b).ok());
+  view_def jv;
+  jv.name = "j";
+  jv.kind = view_kind::join;
+  jv.topic = jv.repartition_topic = "app-j-repartition";
+  const std::vector<view_def> views{jv};
+
+  node n;  // serves the copy routes
+  n.serve(secret);
+  // The receiver: another member of the group, taking partition 0 without its state.
+  const std::string self = "http://127.0.0.1:1";
+  membership_registry membership;
+  membership.publish(group_of({{n.ctx.instance, {}}, {self, {0}}}));
+  http::client peers(http::client_config{});
+  auto shared_secret = std::make_shared<server::peer_secret>();
+  shared_secret->set(secret);
+  std::atomic<bool> stopping{false};
+  server::bootstrap_config cfg;
+  cfg.min_offsets = 1;
+  cfg.timeout = 20s;
+  cfg.page_timeout = 5s;
+  server::snapshot_sender_limits limits;
+  limits.page_bytes = 700;  // many pages
+
+  for (const bool sends_sides : {true, false}) {
+    CAPTURE(sends_sides);
+    // Without the views, the sender is one that does not know to send sides (an
+    // instance of an earlier version): its copies hold the joined values only.
+    n.ctx.snapshots = sends_sides ? std::make_shared<server::snapshot_sender>(s, limits, views)
+                                  : std::make_shared<server::snapshot_sender>(s, limits);
+    n.build();
+    const std::string dst_dir = temp_dir();
+    auto dst = storage::db::open(storage::db_options{.path = dst_dir, .verify_files_interval_ms = 0}, {"j", "j#sides"});
+    REQUIRE(dst.ok());
+    auto& d = *dst.value();
+    server::bootstrapper boot(cfg, views, d, membership, peers, shared_secret, self, stopping, nullptr);
+    boot.run({{jv.repartition_topic, 0}});
+    auto contents = [&](storage::view_id view) {
+      std::map<std::string, std::string> out;
+      auto snap = d.read_snapshot();
+      for (auto it = snap->scan(view, 0, std::nullopt, std::nullopt, false, storage::scan_use::sweep); it->valid();
+           it->next())
+        out.emplace(std::string(it->key()), std::string(it->value()));
+      return out;
+    };
+    CHECK(boot.failed() == 0);
+    if (sends_sides) {
+      CHECK(boot.installed() == 1);
+      CHECK(contents(*d.find_view("j")) == joined);
+      CHECK(contents(*d.find_view("j#sides")) == side_model);
+      CHECK(*d.read_snapshot()->view_positions(*d.find_view("j"), 0) ==
+            std::vector<std::pair<std::string, int64_t>>{{"j", 300}, {"j#changelog", 280}});
+    } else {
+      // Not installed: no position, so the partition restores from its changelog.
+      CHECK(boot.installed() == 0);
+      CHECK_FALSE(d.stored_position(*d.find_view("j"), 0).value().has_value());
+      CHECK(contents(*d.find_view("j")).empty());
+      CHECK(contents(*d.find_view("j#sides")).empty());
+    }
+  }
 }
 
 TEST_CASE("internal parameters: partitions must be distinct partitions of the topic") {

@@ -560,6 +560,48 @@ views:
   CHECK(again->views[2].join->select[1].as == "city");
 }
 
+TEST_CASE("foreign-key joins: path, internal topics, own partitioners; rendered and read back") {
+  auto c = parse_config(R"(
+application_id: app
+bootstrap_servers: b:1
+views:
+  - {name: customers, topic: customers, partitioner: consistent}
+  - {name: oc, kind: join, topic: orders,
+     join: {type: left, right: customers, right_partitioner: consistent, foreign_key: customer.id}}
+)");
+  REQUIRE_MESSAGE(c.ok(), c.error().message());
+  const auto& oc = c->views[1];
+  REQUIRE(oc.join);
+  CHECK(oc.is_fk_join());
+  CHECK(oc.join->foreign_key == "customer.id");
+  CHECK(oc.partitioner == "murmur2");  // the left topic's, not the right one's
+  CHECK(oc.join->right_partitioner == "consistent");
+  CHECK(oc.topic == "app-oc-repartition");
+  CHECK(oc.join->subscription_topic == "app-oc-subscription");
+  CHECK(oc.join->subscription_changelog_topic == "app-oc-subscription-changelog");
+  CHECK(!c->views[0].is_fk_join());
+  CHECK(column_family_names(c->views) == std::vector<std::string>{"customers", "oc", "oc#sides", "oc#fk"});
+  auto again = parse_config(render_config(*c));
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  CHECK(again->views[1].join->foreign_key == "customer.id");
+  CHECK(again->views[1].join->right_partitioner == "consistent");
+  CHECK(again->views[1].join->subscription_topic == "app-oc-subscription");
+
+  for (const auto& [view, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"{name: j, kind: join, topic: a, join: {right: b, type: outer, foreign_key: x}}",
+            "views[0].join.type: a foreign-key join is inner or left"},
+           {"{name: j, kind: join, topic: a, join: {right: b, foreign_key: x..y}}",
+            "views[0].join.foreign_key: must be a dotted path"},
+           {"{name: j, kind: join, topic: a, join: {right: b, foreign_key: ''}}",
+            "views[0].join.foreign_key: must be a dotted path"},
+       }) {
+    CAPTURE(view);
+    auto bad = parse_config("application_id: a\nbootstrap_servers: b\nviews: [" + view + "]");
+    REQUIRE(!bad.ok());
+    CHECK_MESSAGE(bad.error().message().find(expected) != std::string::npos, bad.error().message());
+  }
+}
+
 TEST_CASE("invalid join configs: one clear error naming the key") {
   struct row {
     const char* view;

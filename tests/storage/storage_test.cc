@@ -436,6 +436,70 @@ TEST_CASE("a partition copied from another database replaces the old one whole, 
   CHECK(std::filesystem::is_empty(dst_dir.path / "bootstrap"));
 }
 
+TEST_CASE("a partition load replaces a companion's partition (a join's sides) in the same commit") {
+  temp_dir dir;
+  auto opened = db::open(db_options{.path = dir.path.string()}, {"j", "j#sides", "other"});
+  REQUIRE(opened.ok());
+  auto& d = *opened.value();
+  auto j = *d.find_view("j"), sides = *d.find_view("j#sides"), other = *d.find_view("other");
+
+  // The old state: partition 2 with joined values and sides the copy does not have,
+  // partition 1 of both, which the load leaves alone.
+  auto old = d.new_batch();
+  old.put(j, 2, "gone", "old joined");
+  old.put(sides, 2, "gone", "old sides");
+  old.put(sides, 2, "only-a-side", "old sides");
+  old.set_position(j, 2, 10);
+  old.put(j, 1, "mine", "kept");
+  old.put(sides, 1, "mine", "kept sides");
+  old.set_position(j, 1, 3);
+  REQUIRE(d.write(old).ok());
+
+  // The copy: joined values for some keys, sides for more (an inner join holds sides
+  // of keys not joined yet).
+  std::mt19937 rng(9);
+  std::map<std::string, std::string> joined, side_model;
+  for (int i = 0; i < 500; ++i) {
+    std::string k = "k" + std::to_string(rng() % 1000);
+    side_model[k] = "sides of " + k;
+    if (rng() % 3 != 0) joined[k] = "joined " + k;
+  }
+  auto loader = d.load_partition(j, 2, {sides});
+  REQUIRE(loader.ok());
+  for (const auto& [k, v] : joined) REQUIRE((*loader)->add(k, v).ok());
+  for (const auto& [k, v] : side_model) REQUIRE((*loader)->add_companion(0, k, v).ok());
+  CHECK_FALSE((*loader)->add_companion(1, "k", "v").ok());  // there is one companion
+  CHECK((*loader)->entries() == joined.size() + side_model.size());
+  // Nothing changes before the commit.
+  CHECK(partition_contents(d, sides, 2).count("only-a-side") == 1);
+  REQUIRE((*loader)->commit({{"j", 700}, {"j#changelog", 650}}).ok());
+
+  CHECK(partition_contents(d, j, 2) == joined);
+  CHECK(partition_contents(d, sides, 2) == side_model);
+  CHECK(d.stored_position(j, 2).value() == 700);
+  CHECK(d.stored_named_position("j#changelog", 2).value() == 650);
+  CHECK(partition_contents(d, j, 1) == std::map<std::string, std::string>{{"mine", "kept"}});
+  CHECK(partition_contents(d, sides, 1) == std::map<std::string, std::string>{{"mine", "kept sides"}});
+  CHECK(std::filesystem::is_empty(dir.path / "bootstrap"));
+
+  // A copy without sides empties the companion's partition: nothing of the old state
+  // stays beside the new one.
+  auto bare = d.load_partition(j, 2, {sides});
+  REQUIRE(bare.ok());
+  REQUIRE((*bare)->add("x", "joined x").ok());
+  REQUIRE((*bare)->commit({{"j", 800}}).ok());
+  CHECK(partition_contents(d, j, 2) == std::map<std::string, std::string>{{"x", "joined x"}});
+  CHECK(partition_contents(d, sides, 2).empty());
+  CHECK(partition_contents(d, sides, 1).size() == 1);
+
+  // Without companions there is none to add to; a view is not its own companion.
+  auto plain = d.load_partition(other, 0);
+  REQUIRE(plain.ok());
+  CHECK_FALSE((*plain)->add_companion(0, "k", "v").ok());
+  CHECK_FALSE(d.load_partition(j, 0, {j}).ok());
+  CHECK_FALSE(d.load_partition(j, 0, {99}).ok());
+}
+
 TEST_CASE("a partition load that is not committed changes nothing, and bad loads are refused") {
   temp_dir dir;
   auto opened = db::open(db_options{.path = dir.path.string()}, {"users", "orders"});

@@ -77,6 +77,17 @@ struct join_spec {
   // Non-empty: the joined value is an object of these fields, in this order (a missing
   // side or field: null).
   std::vector<join_field> select;
+  // A foreign-key join (docs/fk-joins.md): the dotted path of the left value's field
+  // naming the right key; empty: a join on the key. `right_partitioner` is then the
+  // right topic's own partitioner, which routes each foreign key's subscriptions to
+  // the partition of its right records; the inputs need not be co-partitioned.
+  std::string foreign_key;
+  // Foreign-key joins: `<application.id>-<name>-subscription` (keyed by foreign key,
+  // partitioned as the right topic) and its compacted changelog
+  // `<application.id>-<name>-subscription-changelog`.
+  std::string subscription_topic;
+  std::string subscription_changelog_topic;
+  bool by_foreign_key() const noexcept { return !foreign_key.empty(); }
 };
 
 // A versioned table view keeps, besides the latest value of each key, its earlier
@@ -154,6 +165,7 @@ struct view_def {
   // Views that read their store topic from a repartition topic kstate writes.
   bool rekeyed() const noexcept { return is_join() || (is_aggregate() && group_by != group_by_kind::key); }
   bool is_join() const noexcept { return kind == view_kind::join; }
+  bool is_fk_join() const noexcept { return is_join() && join->by_foreign_key(); }
 };
 
 // Name of the stored position holding a windowed or versioned view's stream time per partition
@@ -165,7 +177,13 @@ inline std::string stream_time_position_name(const view_def& v) { return v.name 
 // never contain '#', so it never collides with a view.
 inline std::string join_sides_name(const view_def& v) { return v.name + "#sides"; }
 
-// Every column family the views need: one per view, and a join view's sides.
+// Name of the column family holding a foreign-key join's right side: each foreign key's
+// right value and the left keys that subscribe to it, partitioned as the subscription
+// topic. Its positions (store and changelog) are offsets of that topic and its changelog.
+inline std::string fk_right_name(const view_def& v) { return v.name + "#fk"; }
+
+// Every column family the views need: one per view, a join view's sides, and a
+// foreign-key join's right side.
 std::vector<std::string> column_family_names(const std::vector<view_def>& views);
 
 }  // namespace kstate

@@ -117,7 +117,7 @@ struct window_options {
 };
 
 /// A join view's join (YAML `join`; docs/configuration.md#join-views): `topic` is the
-/// left table, `right` the right one, joined on the key.
+/// left table, `right` the right one, joined on the key or on a foreign key.
 struct join_options {
   std::string type;               ///< inner (default), left or outer
   std::string right;              ///< the right table's topic; required
@@ -131,6 +131,9 @@ struct join_options {
     std::string as;     ///< member name in the joined value
   };
   std::vector<field> select;
+  /// A foreign-key join (docs/configuration.md#foreign-key-joins): the dotted path of
+  /// the left value's field naming the right key; empty: a join on the key.
+  std::string foreign_key;
 };
 
 /// One view (YAML: an entry of `views`). Empty strings and unset optionals mean "not

@@ -30,6 +30,9 @@ enum class failure_reason {
   // A versioned store asked as of a time before the history it keeps (its partition's
   // stream time minus the history): the answer is unknown, not absent. Don't retry.
   history_unavailable,
+  // The answer needs a scan of more keys than the caller allows (count as of a time
+  // over a store beyond its exact count limit). Don't retry.
+  too_many_keys,
 };
 
 const char* to_string(failure_reason r) noexcept;
@@ -268,9 +271,13 @@ class engine {
   bool has_copy(std::string_view store, int32_t partition) const;
 
   // Many keys at once (one MultiGet, one snapshot), each with its partition as
-  // locate() found it; each must be on a partition held current here.
+  // locate() found it; each must be on a partition held current here. With `as_of`
+  // (versioned stores), the value each key had then: a key without a version valid
+  // then, or with a tombstone, is absent; fails history_unavailable when `as_of` is
+  // before the history of one of the keys' partitions.
   query_result<batch_answer> get_many(std::string_view store,
-                                      const std::vector<std::pair<int32_t, std::string>>& located) const;
+                                      const std::vector<std::pair<int32_t, std::string>>& located,
+                                      std::optional<int64_t> as_of = std::nullopt) const;
 
   // A range across every partition of the store, merged into one byte order. Needs
   // every partition of the topic current on this instance. `use`: page for a bounded
@@ -299,8 +306,12 @@ class engine {
   // what is on disk, expired keys that compaction has not deleted yet included.
   // With `partitions`, only those (a scatter-gather part); an estimate is then scaled by
   // their share of the topic's partitions.
+  // With `as_of` (versioned stores): the keys that had a value at that time, always
+  // exact (there is no estimate of a past time): a store whose estimate exceeds
+  // `exact_limit` fails too_many_keys; history_unavailable as get_many().
   query_result<count_answer> count(std::string_view store, uint64_t exact_limit,
-                                   const std::optional<std::vector<int32_t>>& partitions = std::nullopt) const;
+                                   const std::optional<std::vector<int32_t>>& partitions = std::nullopt,
+                                   std::optional<int64_t> as_of = std::nullopt) const;
 
   // True when, for every (partition, offset) in `bound`, the record at that offset has
   // been applied (the stored next offset is beyond it). Partitions must exist.
@@ -354,6 +365,15 @@ class engine {
   std::optional<query_result<T>> check_history(const storage::snapshot& snap, const std::string& store,
                                                storage::view_id view, const std::vector<int32_t>& partitions,
                                                int64_t as_of) const;
+  // The keys of get_many() as of `as_of`, from `snap`; `a` holds their positions.
+  query_result<batch_answer> get_many_as_of(const storage::snapshot& snap, const std::string& store,
+                                            storage::view_id view,
+                                            const std::vector<std::pair<int32_t, std::string>>& located,
+                                            const std::vector<int32_t>& partitions, int64_t as_of,
+                                            batch_answer a) const;
+  // The keys of `partitions` that had a value at `as_of` (count() with as_of).
+  query_result<count_answer> count_as_of(const storage::snapshot& snap, const std::string& store, storage::view_id view,
+                                         const std::vector<int32_t>& partitions, int64_t as_of, count_answer a) const;
   // A versioned key's value at `as_of`, with the partition's position, from one snapshot.
   query_result<key_answer> read_key_as_of(storage::view_id view, int32_t partition, std::string_view key, int64_t as_of,
                                           bool need_copy) const;

@@ -182,6 +182,10 @@ json store_json(const state& st, const view_def& v) {
   if (v.join) {
     out.erase("group_by");
     out["join"] = {{"type", to_string(v.join->type)}, {"right", v.join->right_topic}};
+    if (v.join->by_foreign_key()) {
+      out["join"]["foreign_key"] = v.join->foreign_key;
+      out["join"]["subscription_topic"] = v.join->subscription_topic;
+    }
   }
   if (v.window) {
     out["window"] = {{"type", to_string(v.window->type)},

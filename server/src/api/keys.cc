@@ -143,7 +143,8 @@ http::response read_key(const state& st, const call& c, const view_def& v, const
   if (!res.ok()) {
     // Held here but catching up (or revoked since): a stale copy if the caller takes one.
     if (allow_stale && res.failure() != query::failure_reason::store_exception &&
-        res.failure() != query::failure_reason::history_unavailable)
+        res.failure() != query::failure_reason::history_unavailable &&
+        res.failure() != query::failure_reason::too_many_keys)
       if (auto s = stale_answer(st, c, v, key, partition, as_of)) return std::move(*s);
     return from_failure(res.failure(), res.message(), c.path());
   }
@@ -415,11 +416,12 @@ struct batch_key {
 
 // Renders the found keys of `keys` held here, in the part framing (for a peer, or for
 // the merge of a gathered batch).
-part_result read_batch_part(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys) {
+part_result read_batch_part(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys,
+                            std::optional<int64_t> as_of) {
   std::vector<std::pair<int32_t, std::string>> located;
   located.reserve(keys.size());
   for (const auto& k : keys) located.emplace_back(k.partition, k.key);
-  auto res = st.ctx.queries->get_many(c.store, located);
+  auto res = st.ctx.queries->get_many(c.store, located, as_of);
   if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
   part_writer w(nlohmann::json{{"position", position_json(res.answer().pos)}});
   std::string entry;
@@ -490,11 +492,12 @@ http::response merge_batch(const state& st, const call& c, const view_def& v, co
 }
 
 // The answer when every key is held here: rendered straight from one read.
-http::response local_batch(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys) {
+http::response local_batch(const state& st, const call& c, const view_def& v, const std::vector<batch_key>& keys,
+                           std::optional<int64_t> as_of) {
   std::vector<std::pair<int32_t, std::string>> located;
   located.reserve(keys.size());
   for (const auto& k : keys) located.emplace_back(k.partition, k.key);
-  auto res = st.ctx.queries->get_many(c.store, located);
+  auto res = st.ctx.queries->get_many(c.store, located, as_of);
   if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
   const auto& entries = res.answer().entries;  // in the order of `keys`
   return render_batch(st, c, v, keys, res.answer().pos, [&](std::size_t i, std::string& b, bool first) {
@@ -540,6 +543,9 @@ outcome batch_get(const state& st, const call& c) {
                    "at most " + std::to_string(st.ctx.limits.max_batch_keys) + " keys per batch", c.path());
   auto fmt = key_format_of(c, v);
   if (!fmt.ok()) return std::move(fmt).error();
+  auto as_of_param = as_of_of(c, v);
+  if (!as_of_param.ok()) return std::move(as_of_param).error();
+  const std::optional<int64_t> as_of = *as_of_param;
   if (body.contains("key_format")) {
     query::key_format f;
     if (!body["key_format"].is_string() || !query::parse_key_format(body["key_format"].get<std::string>(), f))
@@ -577,8 +583,8 @@ outcome batch_get(const state& st, const call& c) {
   auto shared_keys = std::make_shared<const std::vector<batch_key>>(std::move(distinct));
   if (m == media::part || c.from_peer) {
     // A peer's part: every key is held here (place() refused otherwise).
-    return local_plan{bound_for(c, parts), true, [&st, c, v = &v, shared_keys] {
-                        auto part = read_batch_part(st, c, *v, *shared_keys);
+    return local_plan{bound_for(c, parts), true, [&st, c, v = &v, shared_keys, as_of] {
+                        auto part = read_batch_part(st, c, *v, *shared_keys, as_of);
                         if (auto* failed = std::get_if<http::response>(&part)) return std::move(*failed);
                         http::response r;
                         r.content_type = std::string(part_media_type);
@@ -602,17 +608,22 @@ outcome batch_get(const state& st, const call& c) {
   }
   if (where->remote.empty()) {
     return local_plan{bound_for(c, parts), true,
-                      [&st, c, v = &v, shared_keys] { return local_batch(st, c, *v, *shared_keys); }};
+                      [&st, c, v = &v, shared_keys, as_of] { return local_batch(st, c, *v, *shared_keys, as_of); }};
   }
   if (!local_keys.empty()) {
     g.local_bound = bound_for(c, where->local);
-    g.local = [&st, c, v = &v, local_keys = std::move(local_keys)] { return read_batch_part(st, c, *v, local_keys); };
+    g.local = [&st, c, v = &v, local_keys = std::move(local_keys), as_of] {
+      return read_batch_part(st, c, *v, local_keys, as_of);
+    };
   }
   for (const auto& [endpoint, ks] : by_owner) {
     nlohmann::json part_body{{"keys", nlohmann::json::array()}, {"key_format", query::to_string(*fmt)}};
     for (const auto* k : ks) part_body["keys"].push_back(k->text);
     std::chrono::milliseconds wait{0};
-    auto params = wait_params(c, where->remote.at(endpoint), wait);
+    // The owner reads its keys at the same time (epoch ms: the parsed form of any
+    // accepted as_of).
+    auto params =
+        (as_of ? "&as_of=" + std::to_string(*as_of) : std::string()) + wait_params(c, where->remote.at(endpoint), wait);
     peer_part part;
     part.endpoint = endpoint;
     part.method = "POST";

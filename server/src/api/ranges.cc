@@ -524,8 +524,9 @@ outcome cluster_scan(const state& st, const call& c, const std::shared_ptr<const
 // --- counts -------------------------------------------------------------------------
 
 // The count of the partitions `parts` (all held here), as a part.
-part_result count_part(const state& st, const call& c, const std::vector<int32_t>& parts) {
-  auto res = st.ctx.queries->count(c.store, st.ctx.limits.exact_count_limit, parts);
+part_result count_part(const state& st, const call& c, const std::vector<int32_t>& parts,
+                       std::optional<int64_t> as_of) {
+  auto res = st.ctx.queries->count(c.store, st.ctx.limits.exact_count_limit, parts, as_of);
   if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
   const auto& a = res.answer();
   part_writer w(nlohmann::json{{"count", a.count}, {"exact", a.exact}, {"position", position_json(a.pos)}});
@@ -627,12 +628,15 @@ outcome count(const state& st, const call& c) {
   auto parts = partitions_of(c, static_cast<int32_t>(wanted.size()));
   if (!parts.ok()) return std::move(parts).error();
   if (*parts) wanted = std::move(**parts);
+  auto as_of_param = as_of_of(c, v);
+  if (!as_of_param.ok()) return std::move(as_of_param).error();
+  const std::optional<int64_t> as_of = *as_of_param;
   auto where = place(st, c, v, wanted);
   if (!where.ok()) return std::move(where).error();
   // An exact count scans the store: always on a worker.
   if (negotiate(c, false) == media::part) {
-    return local_plan{bound_for(c, where->local), false, [&st, c, local = where->local] {
-                        auto part = count_part(st, c, local);
+    return local_plan{bound_for(c, where->local), false, [&st, c, local = where->local, as_of] {
+                        auto part = count_part(st, c, local, as_of);
                         if (auto* failed = std::get_if<http::response>(&part)) return std::move(*failed);
                         http::response r;
                         r.content_type = std::string(part_media_type);
@@ -641,8 +645,8 @@ outcome count(const state& st, const call& c) {
                       }};
   }
   if (where->remote.empty()) {
-    return local_plan{bound_for(c, where->local), false, [&st, c, local = where->local] {
-                        auto part = count_part(st, c, local);
+    return local_plan{bound_for(c, where->local), false, [&st, c, local = where->local, as_of] {
+                        auto part = count_part(st, c, local, as_of);
                         if (auto* failed = std::get_if<http::response>(&part)) return std::move(*failed);
                         return merge_counts(st, c, {std::get<std::string>(part)});
                       }};
@@ -650,12 +654,13 @@ outcome count(const state& st, const call& c) {
   gather_plan g;
   if (!where->local.empty()) {
     g.local_bound = bound_for(c, where->local);
-    g.local = [&st, c, local = where->local] { return count_part(st, c, local); };
+    g.local = [&st, c, local = where->local, as_of] { return count_part(st, c, local, as_of); };
   }
   for (const auto& [endpoint, ps] : where->remote) {
     peer_part part;
     part.endpoint = endpoint;
-    part.target = c.path() + "?partitions=" + partition_list(ps) + wait_params(c, ps, part.wait);
+    part.target = c.path() + "?partitions=" + partition_list(ps) +
+                  (as_of ? "&as_of=" + std::to_string(*as_of) : std::string()) + wait_params(c, ps, part.wait);
     g.remote.push_back(std::move(part));
   }
   g.merge = [&st, c](const std::vector<std::string>& parts) { return merge_counts(st, c, parts); };

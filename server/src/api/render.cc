@@ -115,6 +115,7 @@ http::response from_failure(query::failure_reason r, std::string_view message, s
     case query::failure_reason::not_up_to_date: return problem(failure_reason::not_caught_up, message, path);
     case query::failure_reason::history_unavailable:
       return problem(failure_reason::version_history_gone, message, path);
+    case query::failure_reason::too_many_keys: return problem(failure_reason::answer_too_large, message, path);
     case query::failure_reason::store_exception: break;
   }
   // Storage failures are logged by the caller; the client sees what to quote.

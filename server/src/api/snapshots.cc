@@ -61,7 +61,10 @@ outcome snapshot_get(const state& st, const call& c) {
                         // The probe: which positions a copy taken now would reflect.
                         auto positions = sender->positions(store, part);
                         if (!positions.ok()) return failed(positions.error(), c);
-                        return json_answer({{"positions", positions_json(*positions)}});
+                        nlohmann::json j{{"positions", positions_json(*positions)}};
+                        // Receivers copy a join view only from a sender whose copies carry its sides.
+                        if (sender->carries_sides(store)) j["sides"] = true;
+                        return json_answer(j);
                       }
                       auto got = sender->read(id, n);
                       if (!got.ok()) return failed(got.error(), c);
@@ -75,6 +78,8 @@ outcome snapshot_get(const state& st, const call& c) {
                         char hex[17];
                         std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(got->digest));
                         r.headers.emplace_back("X-Kstate-Snapshot-Digest", hex);
+                        if (got->total_sides)
+                          r.headers.emplace_back("X-Kstate-Snapshot-Sides", std::to_string(*got->total_sides));
                       }
                       return r;
                     }};
@@ -88,7 +93,9 @@ outcome snapshot_open(const state& st, const call& c) {
   return local_plan{{}, false, [sender, store = c.store, part = *p, c]() -> http::response {
                       auto o = sender->open(store, part);
                       if (!o.ok()) return failed(o.error(), c);
-                      return json_answer({{"session", o->session}, {"positions", positions_json(o->positions)}});
+                      nlohmann::json j{{"session", o->session}, {"positions", positions_json(o->positions)}};
+                      if (sender->carries_sides(store)) j["sides"] = true;
+                      return json_answer(j);
                     }};
 }
 

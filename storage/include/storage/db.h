@@ -308,6 +308,10 @@ class partition_loader {
   // A versioned view's stored version, as snapshot::scan_versions() gives it; after
   // every add(), in ascending order.
   virtual status add_version(std::string_view key, std::string_view value) = 0;
+  // An entry of companion `i` (db::load_partition's `companions`), as a
+  // partition_iterator of that view gives it; each companion's keys ascend strictly.
+  // invalid_argument when there is no companion `i`.
+  virtual status add_companion(size_t i, std::string_view key, std::string_view value) = 0;
   // Installs what was added with `positions`: (name, next offset) pairs, each named
   // after the view or "<view>#...". At least the view's own position is required.
   virtual status commit(const std::vector<std::pair<std::string, int64_t>>& positions) = 0;
@@ -384,8 +388,12 @@ class db {
 
   // A loader that replaces one partition of `view` with entries and positions copied
   // from elsewhere (see partition_loader). Its files are written under the state
-  // directory, in `bootstrap/`, and moved into the database on commit.
-  result<std::unique_ptr<partition_loader>> load_partition(view_id view, int32_t partition);
+  // directory, in `bootstrap/`, and moved into the database on commit. The same
+  // partition of each of `companions` (views whose state belongs to `view`'s, e.g. a join
+  // view's sides, which have no positions of their own) is replaced in the same commit:
+  // cleared, and installed from what add_companion() gave, nothing when it gave nothing.
+  result<std::unique_ptr<partition_loader>> load_partition(view_id view, int32_t partition,
+                                                           const std::vector<view_id>& companions = {});
 
   result<view_stats> stats(view_id view) const;
   db_stats stats() const;

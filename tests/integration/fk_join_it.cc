@@ -1,0 +1,355 @@
+// Foreign-key join views against the real broker: orders naming customers by a field of
+// their value, with random updates that change the foreign key, tombstones on both sides,
+// values that name no customer, and inputs with different partition counts. Each view's
+// answers (range pages, gets, counts, from either of two instances) against a model
+// computed here from the final tables; a store that moves to an instance without its
+// state is restored from the two changelogs; kill -9 during the input, then the same
+// check after restart (exactly once: nothing lost, no stale answer left).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "agg_common.h"
+#include "ingest/fk_join.h"
+#include "sse_client.h"
+
+using namespace kstate::testing;
+
+namespace {
+
+const char* const views_checked[] = {"fk_inner", "fk_left", "fk_select"};
+
+std::vector<kstate_process::view> fk_views(const std::string& orders, const std::string& customers) {
+  const std::string common = "right: " + customers + ", foreign_key: customer.id";
+  return {{"fk_inner", orders, "json", "", "string", "kind: join, join: {type: inner, " + common + "}"},
+          {"fk_left", orders, "json", "", "string",
+           "kind: join, join: {type: left, " + common + ", left_name: order, right_name: customer}"},
+          {"fk_select", orders, "json", "", "string",
+           "kind: join, cache: false, join: {type: left, " + common +
+               ", select: [{side: left, field: amount}, {side: right, field: address.city, as: city}]}"}};
+}
+
+struct fk_model {
+  table_model orders, customers;
+};
+
+// The customer an order names, as documented: a string id is the key, a number its
+// JSON text; anything else names none.
+std::optional<std::string> named_customer(const json& order) {
+  if (!order.is_object() || !order.contains("customer") || !order["customer"].is_object()) return std::nullopt;
+  const auto& c = order["customer"];
+  if (!c.contains("id")) return std::nullopt;
+  if (c["id"].is_string()) return c["id"].get<std::string>();
+  if (c["id"].is_number()) return c["id"].dump();
+  return std::nullopt;
+}
+
+std::map<std::string, json> expected(const fk_model& m, const std::string& view) {
+  std::map<std::string, json> out;
+  for (const auto& [k, text] : m.orders) {
+    json order = json::parse(text), customer;
+    bool found = false;
+    if (auto fk = named_customer(order)) {
+      auto it = m.customers.find(*fk);
+      if (it != m.customers.end()) {
+        customer = json::parse(it->second);
+        found = true;
+      }
+    }
+    if (view == "fk_inner" && found) out[k] = {{"left", order}, {"right", customer}};
+    if (view == "fk_left") out[k] = {{"order", order}, {"customer", customer}};
+    if (view == "fk_select") {
+      json city;
+      if (found && customer.contains("address") && customer["address"].contains("city"))
+        city = customer["address"]["city"];
+      out[k] = {{"amount", order.contains("amount") ? order["amount"] : json()}, {"city", city}};
+    }
+  }
+  return out;
+}
+
+// Customer keys: "c<j>" for odd j, "<j>" for even j (named by a number in orders).
+std::string customer_key(int j) { return j % 2 ? "c" + std::to_string(j) : std::to_string(j); }
+
+// `records` updates of each table: orders over `order_keys` keys, each naming one of
+// `customer_keys` customers (so most updates of an order change its customer), about
+// one in eight a tombstone, one in twelve naming no customer (field missing, or not a
+// string or number); customers with a name and usually a city.
+void make_input(uint32_t seed, int records, int order_keys, int customer_keys, std::vector<produced>& orders,
+                std::vector<produced>& customers) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> ok(0, order_keys - 1), ck(0, customer_keys - 1), amount(1, 1000), d24(0, 23);
+  for (int i = 0; i < records; ++i) {
+    auto k = "o" + std::to_string(ok(rng));
+    const int roll = d24(rng);
+    if (roll < 3) {
+      orders.push_back({k, std::nullopt});
+    } else if (roll == 3) {
+      orders.push_back({k, json{{"amount", amount(rng)}, {"n", i}}.dump()});
+    } else if (roll == 4) {
+      orders.push_back({k, json{{"amount", amount(rng)}, {"customer", {{"id", true}}}}.dump()});
+    } else {
+      const int j = ck(rng);
+      json id = j % 2 ? json(customer_key(j)) : json(j);
+      orders.push_back({k, json{{"amount", amount(rng)}, {"n", i}, {"customer", {{"id", id}}}}.dump()});
+    }
+    const auto c = customer_key(ck(rng));
+    const int croll = d24(rng);
+    if (croll < 3) customers.push_back({c, std::nullopt});
+    else if (croll < 6) customers.push_back({c, json{{"name", "n" + std::to_string(i)}}.dump()});
+    else
+      customers.push_back(
+          {c, json{{"name", "n" + std::to_string(i)}, {"address", {{"city", "city" + std::to_string(amount(rng))}}}}
+                  .dump()});
+  }
+}
+
+std::vector<std::string> wait_equal(uint16_t port, const fk_model& m, std::chrono::seconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> wrong;
+  for (;;) {
+    wrong.clear();
+    for (const std::string view : views_checked)
+      if (read_store(port, view) != expected(m, view)) wrong.push_back(view);
+    if (wrong.empty() || std::chrono::steady_clock::now() > until) return wrong;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+// Every order key looked up on `port`: the model's row, or 404. Returns the wrong ones.
+size_t check_gets(uint16_t port, const fk_model& m, int order_keys) {
+  http_client h(port);
+  size_t wrong = 0;
+  for (const auto* view : views_checked) {
+    auto want = expected(m, view);
+    for (int i = 0; i < order_keys; ++i) {
+      auto k = "o" + std::to_string(i);
+      auto a = h.get(std::string("/v1/stores/") + view + "/keys/" + k);
+      REQUIRE(a);
+      auto it = want.find(k);
+      bool ok = it == want.end() ? a->status == 404 : a->status == 200 && a->body_json()["value"] == it->second;
+      if (!ok) {
+        ++wrong;
+        MESSAGE(view << "/" << k << ": " << a->status << " " << a->body
+                     << "; model: " << (it == want.end() ? std::string("none") : it->second.dump()));
+      }
+    }
+  }
+  return wrong;
+}
+
+int64_t restored_from_log(const std::string& path, const std::string& changelog_suffix) {
+  std::ifstream log(path);
+  int64_t restored = 0;
+  for (std::string line; std::getline(log, line);) {
+    auto at = line.find("] restored ");
+    if (at != std::string::npos && line.find(changelog_suffix) != std::string::npos)
+      restored += std::stoll(line.substr(at + 11));
+  }
+  return restored;
+}
+
+}  // namespace
+
+TEST_CASE("foreign-key joins equal the model on two instances; a moved store is restored from both changelogs") {
+  // Not co-partitioned: a foreign-key join does not need it.
+  auto orders = unique_name("orders"), customers = unique_name("customers");
+  create_topic(orders, 4);
+  create_topic(customers, 3);
+  const int order_keys = 200, customer_keys = 40;
+  std::vector<produced> orec, crec;
+  make_input(41, 2400, order_keys, customer_keys, orec, crec);
+  fk_model m;
+  for (const auto& r : orec) apply_record(m.orders, r);
+  for (const auto& r : crec) apply_record(m.customers, r);
+
+  auto app = unique_name("fk-app");
+  auto dir = temp_dir("fk");
+  kstate_process a(app, fk_views(orders, customers), dir + "/a");
+  kstate_process b(app, fk_views(orders, customers), dir + "/b");
+  a.start();
+  b.start();
+  a.wait_ready();
+  b.wait_ready();
+  // Customers first for half, then orders before the customers they name.
+  produce(customers, std::vector<produced>(crec.begin(), crec.begin() + 1200));
+  produce(orders, std::vector<produced>(orec.begin(), orec.begin() + 1200));
+  produce(orders, std::vector<produced>(orec.begin() + 1200, orec.end()));
+  produce(customers, std::vector<produced>(crec.begin() + 1200, crec.end()));
+
+  auto started = std::chrono::steady_clock::now();
+  auto wrong = wait_equal(a.port(), m, std::chrono::seconds(180));
+  for (const auto& v : wrong) MESSAGE(v << " differs from the model; see " << a.log_path() << ", " << b.log_path());
+  CHECK(wrong.empty());
+  MESSAGE("joined in ~" << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() << " s");
+  CHECK(check_gets(a.port(), m, order_keys) == 0);
+  CHECK(check_gets(b.port(), m, order_keys) == 0);
+  {
+    http_client h(b.port());
+    for (const auto* view : views_checked) {
+      auto count = h.get(std::string("/v1/stores/") + view + "/count");
+      REQUIRE(count);
+      REQUIRE(count->status == 200);
+      CHECK(count->body_json()["count"] == expected(m, view).size());
+    }
+    auto info = h.get("/v1/stores/fk_left");
+    REQUIRE(info);
+    auto body = info->body_json();
+    CHECK(body["join"]["foreign_key"] == "customer.id");
+    CHECK(body["join"]["subscription_topic"] == app + "-fk_left-subscription");
+  }
+  // Orders naming no customer are counted, by reason.
+  CHECK(a.metric_sum("kstate_join_unmatched_records_total") + b.metric_sum("kstate_join_unmatched_records_total") > 0);
+  CHECK(a.metric_sum("kstate_ingest_records_invalid_total") == 0);
+
+  // B leaves: A takes its partitions of both sides over without their state and
+  // restores them from the changelogs; then more updates of both tables.
+  CHECK(b.terminate() == 0);
+  std::vector<produced> omore, cmore;
+  make_input(42, 400, order_keys, customer_keys, omore, cmore);
+  produce(orders, omore);
+  produce(customers, cmore);
+  for (const auto& r : omore) apply_record(m.orders, r);
+  for (const auto& r : cmore) apply_record(m.customers, r);
+  a.wait_ready();
+  wrong = wait_equal(a.port(), m, std::chrono::seconds(180));
+  for (const auto& v : wrong) MESSAGE(v << " differs from the model after the move; see " << a.log_path());
+  CHECK(wrong.empty());
+  CHECK(check_gets(a.port(), m, order_keys) == 0);
+  // Both sides came from their changelogs.
+  CHECK(restored_from_log(a.log_path(), "-subscription-changelog-") > 0);
+  CHECK(restored_from_log(a.log_path(), "-changelog-") > restored_from_log(a.log_path(), "-subscription-changelog-"));
+  CHECK(a.terminate() == 0);
+}
+
+TEST_CASE("kill -9 during the input: after restart every foreign-key join equals the model") {
+  auto orders = unique_name("orders"), customers = unique_name("customers");
+  create_topic(orders, 3);
+  create_topic(customers, 2);
+  const int order_keys = 120, customer_keys = 30;
+  std::vector<produced> orec, crec;
+  make_input(51, 4000, order_keys, customer_keys, orec, crec);
+  fk_model m;
+  for (const auto& r : orec) apply_record(m.orders, r);
+  for (const auto& r : crec) apply_record(m.customers, r);
+
+  auto app = unique_name("fk-crash");
+  auto dir = temp_dir("fk-crash");
+  kstate_process ks(app, fk_views(orders, customers), dir + "/state", "ingest: {max_batch_records: 200}\n");
+  ks.extra_args({"-X", "group.instance.id=" + app + "-0"});
+  const int chunks = 8;
+  std::atomic<int> produced_chunks{0};
+  std::thread producer([&] {
+    for (int c = 0; c < chunks; ++c) {
+      auto slice = [&](const std::vector<produced>& all) {
+        size_t n = all.size() / chunks;
+        return std::vector<produced>(all.begin() + c * n, c == chunks - 1 ? all.end() : all.begin() + (c + 1) * n);
+      };
+      produce(orders, slice(orec));
+      produce(customers, slice(crec));
+      ++produced_chunks;
+    }
+  });
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> delay_ms(200, 1500);
+  int kills = 0;
+  while (produced_chunks < chunks || kills < 6) {
+    ks.start();
+    REQUIRE_MESSAGE(wait_assigned(ks, std::chrono::seconds(60)), "no assignment; see " << ks.log_path());
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    ks.kill9();
+    ++kills;
+  }
+  producer.join();
+  ks.start();
+  ks.wait_ready();
+  auto wrong = wait_equal(ks.port(), m, std::chrono::seconds(180));
+  for (const auto& v : wrong)
+    MESSAGE(v << " differs from the model after " << kills << " kills; see " << ks.log_path());
+  CHECK(wrong.empty());
+  CHECK(check_gets(ks.port(), m, order_keys) == 0);
+  MESSAGE(kills << " kills");
+  CHECK(ks.terminate() == 0);
+}
+
+TEST_CASE(
+    "a late answer for a customer the order has left is dropped; foreign records on the internal topics are "
+    "rejected") {
+  // One order partition: the first record of the repartition topic is the order's first
+  // copy, so its offset (the version of its first subscription) is 0.
+  auto orders = unique_name("orders"), customers = unique_name("customers");
+  create_topic(orders, 1);
+  create_topic(customers, 2);
+  auto app = unique_name("fk-late");
+  auto dir = temp_dir("fk-late");
+  kstate_process ks(app, {fk_views(orders, customers)[1]}, dir + "/state");
+  ks.start();
+  ks.wait_ready();
+  fk_model m;
+  auto step = [&](const std::string& topic, table_model& side, const produced& r) {
+    produce(topic, {r});
+    apply_record(side, r);
+  };
+  step(customers, m.customers, {"c1", json{{"name", "first"}}.dump()});
+  step(customers, m.customers, {"c3", json{{"name", "second"}}.dump()});
+  step(orders, m.orders, {"o1", json{{"amount", 5}, {"customer", {{"id", "c1"}}}}.dump()});
+  auto joined_now = [&] { return read_store(ks.port(), "fk_left") == expected(m, "fk_left"); };
+  for (int i = 0; i < 120 && !joined_now(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  REQUIRE(joined_now());
+  const auto repartition = app + "-fk_left-repartition";
+  auto first = consume_all(repartition, 1);
+  REQUIRE(first.size() == 1);
+  REQUIRE(first[0].key == "o1");
+  REQUIRE(first[0].offset == 0);
+  step(orders, m.orders, {"o1", json{{"amount", 6}, {"customer", {{"id", "c3"}}}}.dump()});
+  for (int i = 0; i < 120 && !joined_now(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  REQUIRE(joined_now());
+
+  // The answer of the first subscription (c1), arriving after the order moved to c3.
+  kstate::ingest::fk_message late;
+  late.kind = kstate::ingest::fk_message_kind::response;
+  late.version = 0;
+  late.value = json{{"name", "stale"}}.dump();
+  auto at = produce_bytes(repartition, {{"o1", kstate::ingest::encode_fk_message(late)},
+                                        {"o1", std::string("\x09not a record of this view")}});
+  produce_bytes(app + "-fk_left-subscription", {{"c1", std::string("{\"not\":\"a subscription\"}")}});
+  REQUIRE(at.size() == 2);
+  // Applied (or dropped) once the store's position passes both records.
+  for (int i = 0; i < 120 && ks.position_sum("fk_left") <= at[1].second; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  CHECK(ks.position_sum("fk_left") > at[1].second);
+  CHECK(read_store(ks.port(), "fk_left") == expected(m, "fk_left"));
+  // The two records that are no record of the view: rejected and counted, not applied.
+  for (int i = 0; i < 40 && ks.metric_sum("kstate_ingest_records_invalid_total") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  CHECK(ks.metric_sum("kstate_ingest_records_invalid_total") == 2);
+  // A live view of the join: its snapshot is the model, then the change of the customer
+  // the order names arrives as the order's new joined value.
+  sse_stream feed(ks.port(), "/v1/stores/fk_left/changes?snapshot=true", "");
+  std::map<std::string, json> live;
+  auto apply = [&](const event& e) {
+    const auto k = e.data["key"].get<std::string>();
+    if (e.data["deleted"].get<bool>()) live.erase(k);
+    else live[k] = e.data["value"];
+  };
+  for (const auto& e : read_until(
+           feed, [](const std::vector<event>& ev) { return ev.back().type == "start"; }, std::chrono::seconds(60)))
+    if (e.type == "snapshot") apply(e);
+  CHECK(live == expected(m, "fk_left"));
+  step(customers, m.customers, {"c3", json{{"name", "third"}}.dump()});
+  read_until(
+      feed,
+      [&](const std::vector<event>& ev) {
+        if (ev.back().type == "change") apply(ev.back());
+        return live == expected(m, "fk_left");
+      },
+      std::chrono::seconds(60));
+  CHECK(live == expected(m, "fk_left"));
+  for (int i = 0; i < 120 && !joined_now(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK(joined_now());
+  CHECK(ks.terminate() == 0);
+}
