@@ -119,7 +119,12 @@ struct standby_engine::impl {
         membership(m),
         self(std::move(s)),
         replicas(r),
-        notifier(n) {}
+        notifier(n) {
+    // A foreign-key join keeps its state in partitions of two topics (its repartition
+    // and subscription topics), each with its changelog, which one copy of a store
+    // partition cannot follow together: its partitions move by restore (or peer copy).
+    std::erase_if(views, [](const view_def& v) { return v.join && v.join->by_foreign_key(); });
+  }
   ~impl() {
     if (consumer) rd_kafka_destroy(consumer);
   }
