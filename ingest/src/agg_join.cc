@@ -5,9 +5,8 @@
 // latest value of both sides and writes the joined value.
 #include "agg_pipeline.h"
 
+#include "changelog_apply.h"
 #include "kafka_common.h"
-
-#include "core/value_codec.h"
 
 namespace kstate::ingest {
 
@@ -84,21 +83,7 @@ std::optional<std::string_view> agg_pipeline::changelog_value(const view_state& 
 
 void agg_pipeline::join_write(storage::write_batch& batch, const view_state& v, int32_t partition, std::string_view key,
                               std::string_view sides, int64_t input_offset) {
-  std::optional<join_sides> decoded;
-  if (!sides.empty()) decoded = decode_sides(sides);
-  if (!decoded) {
-    // No sides (a tombstone), or a changelog record that is not sides (written by
-    // something else): the key has no row.
-    if (!sides.empty())
-      log()->warn("store {}: changelog record of partition {} is not a join's sides; key deleted", v.def->name,
-                  partition);
-    batch.del(*v.sides, partition, key);
-    batch.del(v.id, partition, key);
-    return;
-  }
-  batch.put(*v.sides, partition, key, sides);
-  if (auto joined = v.join->joined(*decoded)) batch.put(v.id, partition, key, frame_value(input_offset, *joined));
-  else batch.del(v.id, partition, key);
+  write_join_sides(batch, target(v), partition, key, sides, input_offset);
 }
 
 status agg_pipeline::check_join_topics(const std::map<std::string, int32_t>& counts) const {

@@ -36,6 +36,7 @@
 #include "ingest/fk_join.h"
 #include "ingest/join.h"
 #include "storage/db.h"
+#include "changelog_apply.h"
 #include "session_fold.h"
 
 namespace prometheus {
@@ -154,6 +155,10 @@ class agg_pipeline {
     std::optional<partitioner_fn> fk_route;
     std::optional<size_t> right_of;
   };
+  // The column families a changelog record of `v` updates (changelog_apply.h).
+  static changelog_target target(const view_state& v) {
+    return changelog_target{v.def, v.id, v.sides, v.join ? &*v.join : nullptr};
+  }
   struct cached {
     std::string state;       // aggregate JSON; a join's encoded sides (empty: none)
     int64_t input_offset;    // offset of the last record folded in

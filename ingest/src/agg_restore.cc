@@ -3,6 +3,7 @@
 // offset up to it (docs/exactly-once.md).
 #include "agg_pipeline.h"
 
+#include "changelog_apply.h"
 #include "kafka_common.h"
 
 #include <prometheus/counter.h>
@@ -12,8 +13,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <thread>
-
-#include "core/value_codec.h"
 
 namespace kstate::ingest {
 
@@ -224,42 +223,21 @@ result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(
         log()->warn("restoring {}-{}: {}", cl, a.plan.partition, why);
         continue;
       }
-      const int64_t framed_offset = changelog_record_offset(m, m->offset);
-      // A session's last record time.
-      const std::optional<int64_t> last = changelog_header_number(m, changelog_last_header);
-      const bool session = def.windowed() && is_session(*def.window);
-      std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
-      // A windowed changelog record carries the event time of its update; the largest
-      // is the partition's stream time.
-      if (def.windowed()) a.stream_time = std::max(a.stream_time, rd_kafka_message_timestamp(m, nullptr));
       const auto& v = views_[a.plan.view];
-      const std::string_view payload =
-          m->payload ? std::string_view(static_cast<const char*>(m->payload), m->len) : std::string_view();
-      if (v.right_of) {
-        // A foreign-key join's right side: its entries as they are stored.
-        if (m->payload) a.batch.put(v.id, a.plan.partition, key, payload);
-        else a.batch.del(v.id, a.plan.partition, key);
-      } else if (v.fk_route) {
-        // A foreign-key join's left rows; the joined value is made from them again.
-        fk_left_write(a.batch, v, a.plan.partition, key, payload, framed_offset);
-      } else if (v.join) {
-        // The sides are changelogged; the joined value is made from them again.
-        join_write(a.batch, v, a.plan.partition, key,
-                   m->payload ? std::string_view(static_cast<const char*>(m->payload), m->len) : std::string_view(),
-                   framed_offset);
-      } else if (m->payload && session && !last) {
-        // Not written by kstate (a session's record always says where it ends): left
-        // out rather than stored as a session of unknown length.
-        log()->warn("restoring {}-{}@{}: a session without its {} header: skipped", cl, a.plan.partition, m->offset,
-                    changelog_last_header);
-      } else if (m->payload && session) {
-        a.batch.put(v.id, a.plan.partition, key,
-                    frame_value(framed_offset, *last, {static_cast<const char*>(m->payload), m->len}));
-      } else if (m->payload) {
-        a.batch.put(v.id, a.plan.partition, key,
-                    frame_value(framed_offset, {static_cast<const char*>(m->payload), m->len}));
+      if (v.right_of || v.fk_route) {
+        std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
+        const std::string_view payload =
+            m->payload ? std::string_view(static_cast<const char*>(m->payload), m->len) : std::string_view();
+        if (v.right_of) {
+          // A foreign-key join's right side: its entries as they are stored.
+          if (m->payload) a.batch.put(v.id, a.plan.partition, key, payload);
+          else a.batch.del(v.id, a.plan.partition, key);
+        } else {
+          // A foreign-key join's left rows; the joined value is made from them again.
+          fk_left_write(a.batch, v, a.plan.partition, key, payload, changelog_record_offset(m, m->offset));
+        }
       } else {
-        a.batch.del(v.id, a.plan.partition, key);
+        apply_changelog_record(a.batch, target(v), a.plan.partition, m, a.stream_time);
       }
       a.end = m->offset + 1;
       ++a.applied;

@@ -28,10 +28,11 @@ status run_batch_loop(rd_kafka_t* consumer, batch_builder& builder, const std::a
                       const batch_loop_options& options, const batch_loop_hooks& hooks) {
   using clock = std::chrono::steady_clock;
   clock::time_point first_pending{};
+  auto pending_now = [&] { return builder.pending_records() + (hooks.held ? hooks.held() : 0); };
   while (running) {
     if (hooks.each_turn)
       if (auto s = hooks.each_turn(); !s.ok()) return s;
-    const bool wait = builder.pending_records() == 0 && !(hooks.busy && hooks.busy());
+    const bool wait = pending_now() == 0 && !(hooks.busy && hooks.busy());
     message_ptr m(rd_kafka_consumer_poll(consumer, wait ? options.idle_poll_ms : 0));
     const bool idle = !m;
     if (m) {
@@ -50,9 +51,15 @@ status run_batch_loop(rd_kafka_t* consumer, batch_builder& builder, const std::a
         if (m->err == RD_KAFKA_RESP_ERR__FATAL) return status::unavailable("fatal " + options.name + " error: " + why);
         continue;
       }
-      const record r = to_record(m.get());
-      if (!hooks.accept || hooks.accept(r)) {
-        if (builder.pending_records() == 0) first_pending = clock::now();
+      bool taken = false;
+      if (hooks.take) {
+        const size_t before = pending_now();
+        taken = hooks.take(m.get());
+        if (taken && before == 0 && pending_now() > 0) first_pending = clock::now();
+      }
+      const record r = taken ? record{} : to_record(m.get());
+      if (!taken && (!hooks.accept || hooks.accept(r))) {
+        if (pending_now() == 0) first_pending = clock::now();
         builder.add(r);
         if (hooks.after_add)
           if (auto s = hooks.after_add(r); !s.ok()) return s;
@@ -62,7 +69,7 @@ status run_batch_loop(rd_kafka_t* consumer, batch_builder& builder, const std::a
     if (idle && hooks.idle) hooks.idle();
     // The clock is read every 64 records: a batch may run up to 63 records past
     // max_batch_delay, a few microseconds. A delay of 0 writes every record at once.
-    const size_t pending = builder.pending_records();
+    const size_t pending = pending_now();
     const bool delay_over = options.max_batch_delay.count() == 0 ||
                             ((pending & 63) == 0 && clock::now() - first_pending >= options.max_batch_delay);
     if (pending > 0 && (idle || pending >= options.max_batch_records || delay_over))

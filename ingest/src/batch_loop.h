@@ -41,14 +41,20 @@ struct batch_loop_hooks {
   // The consumer reached the end of a partition; `end` is the offset after its last
   // record. Needs enable.partition.eof.
   std::function<status(const std::string& topic, int32_t partition, int64_t end)> at_end;
-  // Writes the builder's pending batch (at least one record is pending). Must leave the
-  // builder reset, or the batch is written again.
+  // Writes the builder's pending batch and what the caller holds (`held`; at least one
+  // record is pending in either). Must leave both empty, or they are written again.
   std::function<status()> write;
   // A poll returned nothing (before a pending batch is written).
   std::function<void()> idle;
   // True while the caller has work of its own for each turn (a restore): the poll then
   // returns at once instead of waiting for records.
   std::function<bool()> busy;
+  // Takes a message the caller applies itself instead of the builder (returns true),
+  // e.g. a changelog record, whose headers matter; called before `accept`.
+  std::function<bool(const rd_kafka_message_t* m)> take;
+  // What the caller took and holds unwritten, counted with the builder's pending
+  // records for the batch limits; `write` then writes it too.
+  std::function<size_t()> held;
 };
 
 // Runs while `running` is true, or until a hook fails or the consumer reports a fatal

@@ -113,7 +113,12 @@ client_spec standby_consumer_spec(const ingest_config& cfg) {
            {"enable.auto.offset.store", "false"},
            // librdkafka wants a group id even for a consumer that only assigns; this one
            // never joins it (no subscribe) and commits nothing to it.
-           {"group.id", cfg.application_id + ".standby"}}};
+           {"group.id", cfg.application_id + ".standby"},
+           // Aggregate copies follow changelogs as a restore does: only committed
+           // transactions, and the end of a changelog (its last stable offset) is where
+           // every transaction before it is applied whole.
+           {"isolation.level", "read_committed"},
+           {"enable.partition.eof", "true"}}};
 }
 
 client_spec dead_letter_producer_spec() {

@@ -16,7 +16,9 @@
 #include <set>
 #include <thread>
 
+#include "agg_pipeline.h"
 #include "batch_loop.h"
+#include "changelog_apply.h"
 #include "core/guard.h"
 #include "ingest/batch_builder.h"
 #include "metrics.h"
@@ -26,6 +28,28 @@ namespace kstate::ingest {
 namespace {
 
 using tp = std::pair<std::string, int32_t>;
+
+// An aggregate view whose partitions are copied by following its changelog.
+struct agg_copy {
+  const view_def* def;
+  storage::view_id id;
+  std::optional<storage::view_id> sides;  // join views
+  std::unique_ptr<joiner> join;           // join views; its address is in target()
+  changelog_target target() const { return {def, id, sides, join.get()}; }
+};
+
+// How far the copy of one partition of an aggregate view follows its changelog.
+struct changelog_copy {
+  int64_t next = 0;          // next changelog offset to apply
+  int64_t stream_time = -1;  // windowed views: largest event time applied
+  // The store-topic position the copy reflects for certain (the view's position, what
+  // allow_stale answers report): the largest kstate.offset + 1 applied, taken only when
+  // the copy reached the changelog's end, so every committed transaction is applied
+  // whole. -1: none yet.
+  int64_t input = -1;
+  int64_t input_seen = -1;  // the largest kstate.offset + 1 applied so far
+  bool changed = false;     // something to write since the last write
+};
 
 }  // namespace
 
@@ -59,7 +83,15 @@ struct standby_engine::impl {
   prometheus::Counter* m_failures = nullptr;
 
   rd_kafka_t* consumer = nullptr;
-  std::unique_ptr<batch_builder> builder;
+  std::unique_ptr<batch_builder> builder;  // table views
+  // Aggregate views, copied from their changelogs: by changelog topic, and the copies
+  // being followed, by (view index, partition). Their batch is written with the
+  // builder's, under the same fence.
+  std::vector<agg_copy> aggs;
+  std::map<std::string, size_t, std::less<>> by_changelog;
+  std::map<std::pair<size_t, int32_t>, changelog_copy> followed;
+  std::optional<storage::write_batch> changelog_batch;
+  size_t changelog_held = 0;  // records (and end-of-changelog position moves) unwritten
   std::thread thread;
   std::atomic<bool> running{false};
   standby_engine::write_hook before_write_for_testing;
@@ -87,7 +119,12 @@ struct standby_engine::impl {
         membership(m),
         self(std::move(s)),
         replicas(r),
-        notifier(n) {}
+        notifier(n) {
+    // A foreign-key join keeps its state in partitions of two topics (its repartition
+    // and subscription topics), each with its changelog, which one copy of a store
+    // partition cannot follow together: its partitions move by restore (or peer copy).
+    std::erase_if(views, [](const view_def& v) { return v.join && v.join->by_foreign_key(); });
+  }
   ~impl() {
     if (consumer) rd_kafka_destroy(consumer);
   }
@@ -99,7 +136,9 @@ struct standby_engine::impl {
     return it != t->partitions.end() && it->second.assigned;
   }
 
-  // What this instance should keep as standby now, claimed partitions aside.
+  // What this instance should keep as standby now, claimed partitions aside. A
+  // partition is one of a view's store topic (its source, or an aggregate's repartition
+  // topic), as the group assigns them.
   std::set<tp> desired(const std::set<tp>& excluded) const {
     std::set<tp> out;
     auto snap = membership.current();
@@ -124,12 +163,17 @@ struct standby_engine::impl {
   // are past what is stored.
   status write_pending(bool& dropped) {
     dropped = false;
-    if (builder->pending_records() == 0) return status::ok_status();
-    for (const auto& [p, next] : builder->touched()) {
+    if (builder->pending_records() == 0 && changelog_held == 0) return status::ok_status();
+    std::vector<tp> touched;
+    for (const auto& [p, next] : builder->touched()) touched.push_back(p);
+    for (const auto& [vp, c] : followed)
+      if (c.changed) touched.emplace_back(aggs[vp.first].def->topic, vp.second);
+    for (const auto& p : touched) {
       if (!claimed.count(p) || release_requests.count(p)) continue;
       log()->info("standby: dropped a batch of {} records: {}-{} was taken over by this instance",
-                  builder->pending_records(), p.first, p.second);
+                  builder->pending_records() + changelog_held, p.first, p.second);
       builder->reset();
+      reset_changelog_batch();
       dropped = true;
       return status::ok_status();
     }
@@ -139,7 +183,103 @@ struct standby_engine::impl {
       if (notifier) notifier->notify();
     }
     builder->reset();
+    if (changelog_held > 0) {
+      // As a restore's checkpoint: the state, the changelog position and stream time,
+      // and the store-topic position once the copy reached the changelog's end.
+      auto& batch = *changelog_batch;
+      for (auto& [vp, c] : followed) {
+        if (!c.changed) continue;
+        const auto& a = aggs[vp.first];
+        batch.set_named_position(changelog_position_name(*a.def), vp.second, c.next);
+        if (a.def->windowed()) batch.set_named_position(stream_time_name(*a.def), vp.second, c.stream_time);
+        if (c.input >= 0) batch.set_position(a.id, vp.second, c.input);
+        c.changed = false;
+      }
+      if (auto s = db.write(batch); !s.ok()) return s.prefixed("RocksDB write failed");
+      batch.clear();
+      changelog_held = 0;
+      if (notifier) notifier->notify();
+    }
     return status::ok_status();
+  }
+
+  // Forgets what the changelog copies applied and did not write (a dropped batch).
+  void reset_changelog_batch() {
+    changelog_batch->clear();
+    changelog_held = 0;
+    for (auto& [vp, c] : followed) c.changed = false;
+  }
+
+  // Starts following the changelog of every aggregate view of (topic, partition) from
+  // the stored positions, adding its changelog partitions to `list`; holds mu.
+  status follow_changelogs(const tp& unit, rd_kafka_topic_partition_list_t* list) {
+    for (size_t idx = 0; idx < aggs.size(); ++idx) {
+      const auto& a = aggs[idx];
+      if (a.def->topic != unit.first) continue;
+      changelog_copy c;
+      auto next = db.stored_named_position(changelog_position_name(*a.def), unit.second);
+      if (!next.ok()) return next.error();
+      c.next = next.value().value_or(0);
+      if (a.def->windowed()) {
+        auto st = db.stored_named_position(stream_time_name(*a.def), unit.second);
+        if (!st.ok()) return st.error();
+        c.stream_time = st.value().value_or(-1);
+      }
+      auto input = db.stored_position(a.id, unit.second);
+      if (!input.ok()) return input.error();
+      c.input = c.input_seen = input.value().value_or(-1);
+      followed[{idx, unit.second}] = c;
+      rd_kafka_topic_partition_list_add(list, a.def->changelog_topic.c_str(), unit.second)->offset =
+          next.value() ? *next.value() : RD_KAFKA_OFFSET_BEGINNING;
+    }
+    return status::ok_status();
+  }
+
+  // The copy followed for a changelog partition, when it is kept and not claimed;
+  // holds mu.
+  changelog_copy* copy_of(std::string_view changelog, int32_t partition, size_t& idx) {
+    auto it = by_changelog.find(changelog);
+    if (it == by_changelog.end()) return nullptr;
+    idx = it->second;
+    tp unit{aggs[idx].def->topic, partition};
+    if (!current.count(unit) || claimed.count(unit)) return nullptr;
+    auto f = followed.find({idx, partition});
+    return f == followed.end() ? nullptr : &f->second;
+  }
+
+  // A changelog record: applied to the changelog batch as a restore applies it.
+  bool take(const rd_kafka_message_t* m) {
+    std::string_view topic = rd_kafka_topic_name(m->rkt);
+    if (!by_changelog.count(topic)) return false;
+    std::lock_guard lock(mu);
+    size_t idx = 0;
+    auto* c = copy_of(topic, m->partition, idx);
+    if (!c || m->offset < c->next) return true;  // not kept (any more), or applied already
+    const int64_t input = apply_changelog_record(*changelog_batch, aggs[idx].target(), m->partition, m, c->stream_time);
+    c->input_seen = std::max(c->input_seen, input + 1);
+    c->next = m->offset + 1;
+    c->changed = true;
+    ++changelog_held;
+    return true;
+  }
+
+  // The standby consumer reached the end of a partition. For a changelog (read
+  // committed: its last stable offset), every transaction before `end` is applied
+  // whole: the store-topic position the copy reached is certain.
+  void at_end(const std::string& topic, int32_t partition, int64_t end) {
+    std::lock_guard lock(mu);
+    size_t idx = 0;
+    auto* c = copy_of(topic, partition, idx);
+    if (!c || end < c->next) return;
+    // Transaction markers after the last record deliver nothing. A copy at the end of a
+    // changelog that gave it nothing reflects, for certain, what is before offset 0.
+    const int64_t input = std::max<int64_t>(c->input_seen, 0);
+    if (end > c->next || input > c->input) {
+      c->next = end;
+      c->input = std::max(c->input, input);
+      c->changed = true;
+      ++changelog_held;
+    }
   }
 
   // Writes what is pending, then assigns `want`, each partition from its stored
@@ -148,16 +288,20 @@ struct standby_engine::impl {
     bool dropped = false;
     if (auto s = write_pending(dropped); !s.ok()) return s;
     for (const auto& p : current) builder->forget_partition(p.first, p.second);
+    followed.clear();
     tpl_ptr list(rd_kafka_topic_partition_list_new(static_cast<int>(want.size())));
     for (const auto& [t, p] : want) {
-      bool known = true;
+      if (auto s = follow_changelogs({t, p}, list.get()); !s.ok()) return s;
+      bool known = true, tables = false;
       for (const auto& v : views) {
-        if (v.topic != t) continue;
+        if (v.topic != t || v.is_aggregate()) continue;
+        tables = true;
         auto stored = db.stored_position(*db.find_view(v.name), p);
         if (!stored.ok()) return stored.error();
         if (stored.value()) builder->set_view_position(t, p, v.name, *stored.value());
         else known = false;
       }
+      if (!tables) continue;
       auto resume = known ? builder->resume_offset(t, p) : std::nullopt;
       // As for the owner: records before the end are re-applied (batch_builder::ttl_time),
       // and when the end cannot be read, every record is taken for one.
@@ -217,10 +361,21 @@ struct standby_engine::impl {
       std::lock_guard lock(mu);
       return current.count(key) > 0 && !claimed.count(key);
     };
+    hooks.take = [&](const rd_kafka_message_t* m) { return take(m); };
+    hooks.held = [&] { return changelog_held; };
+    hooks.at_end = [&](const std::string& topic, int32_t partition, int64_t end) {
+      at_end(topic, partition, end);
+      return status::ok_status();
+    };
     hooks.write = [&]() -> status {
       if (before_write_for_testing) {
         std::vector<tp> touched;
         for (const auto& [p, next] : builder->touched()) touched.push_back(p);
+        {
+          std::lock_guard lock(mu);
+          for (const auto& [vp, c] : followed)
+            if (c.changed) touched.emplace_back(aggs[vp.first].def->topic, vp.second);
+        }
         before_write_for_testing(touched);
       }
       std::lock_guard lock(mu);
@@ -247,7 +402,9 @@ struct standby_engine::impl {
                       failure.message());
       if (m_failures) m_failures->Increment();
       builder->reset();
+      reset_changelog_batch();
       current.clear();
+      followed.clear();
       if (auto err = rd_kafka_assign(consumer, nullptr)) log()->warn("standby: unassign: {}", rd_kafka_err2str(err));
     }
     // release() stops waiting for a thread that is gone.
@@ -275,6 +432,20 @@ status standby_engine::start() {
   auto builder = batch_builder::create(i.db, i.views, i.cfg.max_json_depth);
   if (!builder.ok()) return builder.error();
   i.builder = std::move(builder.value());
+  for (const auto& v : i.views) {
+    if (!v.is_aggregate()) continue;
+    auto id = i.db.find_view(v.name);
+    if (!id) return status::internal("view '" + v.name + "' has no column family");
+    agg_copy a{&v, *id, std::nullopt, nullptr};
+    if (v.is_join()) {
+      a.sides = i.db.find_view(join_sides_name(v));
+      if (!a.sides) return status::internal("join view '" + v.name + "' has no column family for its sides");
+      a.join = std::make_unique<joiner>(v, i.cfg.max_json_depth);
+    }
+    i.by_changelog[v.changelog_topic] = i.aggs.size();
+    i.aggs.push_back(std::move(a));
+  }
+  i.changelog_batch.emplace(i.db.new_batch());
   auto consumer = create_client(i.cfg, standby_consumer_spec(i.cfg));
   if (!consumer.ok()) return consumer.error();
   i.consumer = consumer.value().release();

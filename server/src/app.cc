@@ -397,12 +397,8 @@ status app::start() {
     i.cv.wait_for(lock, std::chrono::seconds(10), [&] { return i.secret->get() != nullptr || i.stop_requested; });
   }
   if (i.cfg.standby_replicas > 0) {
-    // Standby copies follow source topics: table views only (an aggregate's copy would
-    // have to follow its changelog, which standbys do not read yet).
-    std::vector<view_def> tables;
-    for (const auto& v : i.cfg.views)
-      if (!v.is_aggregate()) tables.push_back(v);
-    i.standby = std::make_unique<ingest::standby_engine>(i.cfg.ingest, tables, *i.db, i.ownership, i.membership,
+    // Table views' copies follow their source topics, aggregate views' their changelogs.
+    i.standby = std::make_unique<ingest::standby_engine>(i.cfg.ingest, i.cfg.views, *i.db, i.ownership, i.membership,
                                                          i.cfg.advertised_endpoint, i.cfg.standby_replicas, &i.notifier,
                                                          i.metrics.get());
     if (auto s = i.standby->start(); !s.ok()) return s;

@@ -77,10 +77,13 @@ TEST_CASE("the engine's consumer: memory defaults the user may change, group pro
   CHECK(ki::endpoint_from_client_id(get(conf.value().get(), "client.id")) == "10.0.0.1:8080");
 }
 
-TEST_CASE("the standby consumer: the engine's memory defaults, a group it never joins") {
+TEST_CASE("the standby consumer: the engine's memory defaults, a group it never joins, committed records only") {
   auto cfg = base_config();
+  // Changelog copies need committed transactions whatever the source consumer reads.
+  cfg.kafka["isolation.level"] = "read_uncommitted";
   check_props(cfg, ki::standby_consumer_spec(cfg),
               {{"isolation.level", "read_committed"},
+               {"enable.partition.eof", "true"},
                {"queued.max.messages.kbytes", "16384"},
                {"fetch.max.bytes", "1000000"},
                {"receive.message.max.bytes", "9437184"},

@@ -10,6 +10,14 @@
 // How: a second librdkafka consumer with plain assign (no group), running the owner's
 // batch loop: one RocksDB batch holds the state changes and the partition's next
 // offset, records keep their timestamps, and only what a write does differs.
+// Aggregate views (windowed, session and join views included) are copied from their
+// changelog topics instead (read_committed), each record applied as a changelog
+// restore applies it (changelog_apply.h); one batch holds the state, the changelog
+// position and stream time, and, when the copy reached the changelog's end, the
+// store-topic position the copy reflects (the largest kstate.offset + 1 applied). A new
+// owner's restore then starts at that changelog position and reads only the tail.
+// Which partitions: those of each view's store topic (an aggregate's repartition topic
+// when it is re-keyed), as the group assigns them. Foreign-key join views have none.
 //
 // Hand-over: before the group consumer takes a partition over, it calls release(),
 // which claims the partition and waits (at most ingest_config::standby_release_timeout)
