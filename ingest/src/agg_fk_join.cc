@@ -51,19 +51,10 @@ status agg_pipeline::fk_left_stage2(view_state& v, const record& r) {
       return status::ok_status();
     }
   }
-  const size_t idx = static_cast<size_t>(&v - views_.data());
   std::string key(*r.key);
-  auto slot = cache_.find({idx, r.partition, key});
-  std::string current;
-  if (slot != cache_.end()) {
-    current = slot->second.state;
-  } else if (auto u = unwritten_.find({idx, r.partition, key}); u != unwritten_.end()) {
-    current = u->second.state;
-  } else {
-    auto got = db_.get(*v.sides, r.partition, key);
-    if (!got.ok()) return got.error().prefixed("reading the row of store " + def.name);
-    if (got.value().value) current = std::move(*got.value().value);
-  }
+  auto current_state = join_state(v, r.partition, key);
+  if (!current_state.ok()) return current_state.error();
+  const std::string& current = current_state.value();
   fk_left_row row;
   if (!current.empty()) {
     auto decoded = decode_fk_left_row(current);
@@ -92,17 +83,7 @@ status agg_pipeline::fk_left_stage2(view_state& v, const record& r) {
     }
     row = std::move(step.row);
   }
-  if (slot == cache_.end()) slot = cache_.emplace(std::make_tuple(idx, r.partition, std::move(key)), cached{}).first;
-  slot->second.state = row.empty() ? std::string() : encode_fk_left_row(row);
-  slot->second.input_offset = r.offset;
-  slot->second.timestamp = r.timestamp;
-  slot->second.dirty = true;
-  builder_.note_applied(def.name, r.topic, r.partition);
-  if (!def.cache) {
-    auto s = produce(def.changelog_topic, r.partition, std::get<2>(slot->first), changelog_value(v, slot->second.state),
-                     r.offset, r.timestamp);
-    if (!s.ok()) log()->error("{}", s.message());
-  }
+  set_join_state(v, r, std::move(key), row.empty() ? std::string() : encode_fk_left_row(row));
   return status::ok_status();
 }
 

@@ -42,38 +42,41 @@ status agg_pipeline::join_stage2(view_state& v, const record& r) {
     builder_.reject(def, r, std::move(why));
     return status::ok_status();
   }
-  const size_t idx = static_cast<size_t>(&v - views_.data());
   std::string key(*r.key);
-  auto slot = cache_.find({idx, r.partition, key});
-  std::string current;
-  if (slot != cache_.end()) {
-    current = slot->second.state;
-  } else if (auto u = unwritten_.find({idx, r.partition, key}); u != unwritten_.end()) {
-    current = u->second.state;
-  } else {
-    auto got = db_.get(*v.sides, r.partition, key);
-    if (!got.ok()) return got.error().prefixed("reading the sides of store " + def.name);
-    if (got.value().value) current = std::move(*got.value().value);
-  }
+  auto current = join_state(v, r.partition, key);
+  if (!current.ok()) return current.error();
   join_sides sides;
-  if (!current.empty()) {
-    auto decoded = decode_sides(current);
+  if (!current.value().empty()) {
+    auto decoded = decode_sides(current.value());
     if (!decoded) return status::corruption("store " + def.name + ": undecodable sides of a key");
     sides = std::move(*decoded);
   }
   sides.of(in->side) = in->value ? std::optional<std::string>(std::string(*in->value)) : std::nullopt;
-  if (slot == cache_.end()) slot = cache_.emplace(std::make_tuple(idx, r.partition, std::move(key)), cached{}).first;
-  slot->second.state = encode_sides(sides);
-  slot->second.input_offset = r.offset;
-  slot->second.timestamp = r.timestamp;
-  slot->second.dirty = true;
-  builder_.note_applied(def.name, r.topic, r.partition);
-  if (!def.cache) {
-    auto s = produce(def.changelog_topic, r.partition, std::get<2>(slot->first), changelog_value(v, slot->second.state),
-                     r.offset, r.timestamp);
+  set_join_state(v, r, std::move(key), encode_sides(sides));
+  return status::ok_status();
+}
+
+result<std::string> agg_pipeline::join_state(view_state& v, int32_t partition, const std::string& key) {
+  const size_t idx = static_cast<size_t>(&v - views_.data());
+  if (auto slot = cache_.find({idx, partition, key}); slot != cache_.end()) return slot->second.state;
+  if (auto u = unwritten_.find({idx, partition, key}); u != unwritten_.end()) return u->second.state;
+  auto got = db_.get(*v.sides, partition, key);
+  if (!got.ok()) return got.error().prefixed("reading the sides of store " + v.def->name);
+  return got.value().value ? std::move(*got.value().value) : std::string();
+}
+
+void agg_pipeline::set_join_state(view_state& v, const record& r, std::string key, std::string state) {
+  const size_t idx = static_cast<size_t>(&v - views_.data());
+  auto& c = cache_[std::make_tuple(idx, r.partition, key)];
+  c.state = std::move(state);
+  c.input_offset = r.offset;
+  c.timestamp = r.timestamp;
+  c.dirty = true;
+  builder_.note_applied(v.def->name, r.topic, r.partition);
+  if (!v.def->cache) {
+    auto s = produce(v.def->changelog_topic, r.partition, key, changelog_value(v, c.state), r.offset, r.timestamp);
     if (!s.ok()) log()->error("{}", s.message());
   }
-  return status::ok_status();
 }
 
 std::optional<std::string_view> agg_pipeline::changelog_value(const view_state& v, const std::string& state) const {

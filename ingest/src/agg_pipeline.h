@@ -206,6 +206,13 @@ class agg_pipeline {
   void join_stage1(view_state& v, const record& r);
   // Stage 2: sets the record's side of its key's sides in the batch's cache.
   status join_stage2(view_state& v, const record& r);
+  // A join key's stored state (a key join's sides, a foreign-key join's row) as this
+  // batch sees it: its cache, the committed batches not written yet, then RocksDB.
+  // Empty: none.
+  result<std::string> join_state(view_state& v, int32_t partition, const std::string& key);
+  // Sets a join key's new state in the batch's cache (and, without the record cache,
+  // sends its changelog record now).
+  void set_join_state(view_state& v, const record& r, std::string key, std::string state);
   // The changelog value of a cached state: a join's empty sides are a tombstone.
   std::optional<std::string_view> changelog_value(const view_state& v, const std::string& state) const;
   // Adds a key's new sides to `batch`: the sides, and the joined value they make (or

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_check.h"
+#include "json_path.h"
 #include "core/utf8.h"
 
 namespace kstate::ingest {
@@ -75,23 +76,6 @@ json_verdict parse_json(std::string_view text, int max_json_depth, json& out) {
   return out.is_discarded() ? json_verdict::invalid : json_verdict::ok;
 }
 
-// The field at a dotted path ("a.b.c"), or null when any step is missing.
-const json* at_path(const json& doc, std::string_view path) {
-  const json* cur = &doc;
-  size_t start = 0;
-  while (start <= path.size()) {
-    auto dot = path.find('.', start);
-    auto seg = path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(std::string(seg));
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return cur;
-}
-
 // The number a view aggregates from a value: the value itself, or the field at
 // value_path of a JSON value.
 std::optional<json> number_of(const view_def& v, std::optional<std::string_view> value, int max_json_depth,
@@ -110,7 +94,7 @@ std::optional<json> number_of(const view_def& v, std::optional<std::string_view>
   }
   const json* n = &doc;
   if (!v.value_path.empty()) {
-    n = at_path(doc, v.value_path);
+    n = json_at_path(doc, v.value_path);
     if (!n) {
       why = "value has no field '" + v.value_path + "'";
       return std::nullopt;
@@ -229,7 +213,7 @@ std::string group_keys(const view_def& view, std::optional<std::string_view> key
         case json_verdict::invalid: return "value is not valid JSON: no field '" + view.group_path + "' to group by";
         case json_verdict::too_deep: return too_deep("value", max_json_depth);
       }
-      const json* f = at_path(doc, view.group_path);
+      const json* f = json_at_path(doc, view.group_path);
       if (!f || f->is_null()) return "value has no field '" + view.group_path + "' to group by";
       std::string k = f->is_string() ? f->get<std::string>() : f->dump();
       if (auto why = check_group_key(view, k, max_json_depth); !why.empty()) return why;
@@ -252,7 +236,7 @@ std::string event_time(const view_def& view, std::optional<std::string_view> val
   const auto parsed = value ? parse_json(*value, max_json_depth, doc) : json_verdict::invalid;
   if (parsed == json_verdict::too_deep) return too_deep("value", max_json_depth);
   if (parsed != json_verdict::ok) return "value is not valid JSON: no field '" + path + "' for the event time";
-  const json* f = at_path(doc, path);
+  const json* f = json_at_path(doc, path);
   if (!f || f->is_null()) return "value has no field '" + path + "' for the event time";
   if (f->is_number_integer()) {
     out = f->get<int64_t>();

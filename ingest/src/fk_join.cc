@@ -3,26 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_check.h"
+#include "json_path.h"
 
 namespace kstate::ingest {
 namespace {
 
 using json = nlohmann::json;
-
-const json* at_path(const json& doc, std::string_view path) {
-  const json* cur = &doc;
-  size_t start = 0;
-  for (;;) {
-    auto dot = path.find('.', start);
-    auto seg = path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(std::string(seg));
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-    if (dot == std::string_view::npos) return cur;
-    start = dot + 1;
-  }
-}
 
 void put_u32(std::string& out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((v >> shift) & 0xff));
@@ -69,7 +55,7 @@ std::optional<std::string> foreign_key_of(std::string_view left_value, std::stri
     note(why, "left value is not JSON");
     return std::nullopt;
   }
-  const json* f = at_path(doc, path);
+  const json* f = json_at_path(doc, path);
   if (!f) {
     note(why, "foreign-key field missing");
     return std::nullopt;

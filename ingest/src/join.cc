@@ -4,27 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_check.h"
+#include "json_path.h"
 
 namespace kstate::ingest {
 namespace {
 
 using json = nlohmann::json;
-
-// The field at a dotted path ("a.b.c"), or null when any step is missing.
-const json* at_path(const json& doc, std::string_view path) {
-  const json* cur = &doc;
-  size_t start = 0;
-  for (;;) {
-    auto dot = path.find('.', start);
-    auto seg = path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(std::string(seg));
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-    if (dot == std::string_view::npos) return cur;
-    start = dot + 1;
-  }
-}
 
 // A side's value parsed for projection; null when absent or (never expected: both
 // stages check it) not JSON within the depth bound.
@@ -125,7 +110,7 @@ std::optional<std::string> joiner::joined(const join_sides& s) const {
     const auto& f = spec_.select[i];
     if (i > 0) out += ',';
     out += field_heads_[i];
-    const json* v = at_path(f.right ? right : left, f.path);
+    const json* v = json_at_path(f.right ? right : left, f.path);
     out += v ? v->dump(-1, ' ', false, json::error_handler_t::replace) : "null";
   }
   out += '}';
