@@ -65,17 +65,18 @@ def kstate_has(port, t, key):
     return get(port, f"/v1/stores/j_{t}/keys/{urllib.parse.quote(key, safe='')}", timeout=5)[0] == 200
 
 
-def kstate_rows(port, t):
-    """Every row of view j_<t>, read in range pages of PAGE."""
+def kstate_rows(port, t, view_prefix="j_"):
+    """Every row of view <view_prefix><t>, read in range pages of PAGE."""
+    view = view_prefix + t
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     rows, cursor = {}, None
     while True:
         q = f"limit={PAGE}" + (f"&cursor={urllib.parse.quote(cursor, safe='')}" if cursor else "")
-        c.request("GET", f"/v1/stores/j_{t}/keys?{q}")
+        c.request("GET", f"/v1/stores/{view}/keys?{q}")
         r = c.getresponse()
         body = r.read()
         if r.status != 200:
-            die(f"kstate's range page of j_{t} answered {r.status}: {body[:300]!r}")
+            die(f"kstate's range page of {view} answered {r.status}: {body[:300]!r}")
         page = json.loads(body)
         for e in page["data"]:
             rows[e["key"]] = e["value"]
@@ -87,10 +88,10 @@ def kstate_rows(port, t):
 
 # ---- Kafka Streams --------------------------------------------------------------------
 
-def start_streams(h, app, state, port, extra=()):
+def start_streams(h, app, state, port, extra=(), left=LEFT, right=RIGHT):
     cp = f"{BD / 'streams/target/classes'}:{BD / 'streams/target/lib'}/*"
     cmd = ["java", "-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
-           "bench.Join", f"bootstrap={h.bootstrap}", f"left={LEFT}", f"right={RIGHT}", f"app_id={app}",
+           "bench.Join", f"bootstrap={h.bootstrap}", f"left={left}", f"right={right}", f"app_id={app}",
            f"state_dir={state}", f"port={port}", "stream_threads=2", "guarantee=exactly_once_v2",
            f"cache_mb={h.cache_mb}", *extra]
     return Proc(app, cmd, h.work / f"{app}.log")
@@ -135,18 +136,19 @@ def differences(a, b, limit=5):
     return out
 
 
-def measure(h, label, markers, total, rep):
-    """One run from empty state: from the launch until every inner, left and outer join
-    holds every partition's end marker (polled every 0.1 s), the input records per second
-    and the process's CPU per million input records over that time; then every row."""
-    start, has, rows = SYSTEMS[label]
-    app = f"bench-join-{label}-{rep}-{int(time.time())}"
+def measure(h, label, markers, total, rep, systems=SYSTEMS, types=TYPES, fig="join"):
+    """One run from empty state: from the launch until every join (`types`) holds every
+    end marker (polled every 0.1 s), the input records per second and the process's CPU
+    per million input records over that time, recorded as <fig>_rps, <fig>_cpu_s_per_m
+    and <fig>_wall_s; then every row of each join."""
+    start, has, rows = systems[label]
+    app = f"bench-{fig}-{label}-{rep}-{int(time.time())}"
     state = h.work / f"{app}-state"
     shutil.rmtree(state, ignore_errors=True)
     port = free_port()
     t_start = time.monotonic()
     proc = start(h, app, state, port)
-    pending = [(t, k) for t in TYPES for k in markers]
+    pending = [(t, k) for t in types for k in markers]
     while pending:
         if not proc.alive():
             die(f"{app} exited during the join (log: {proc.logfile})")
@@ -156,16 +158,16 @@ def measure(h, label, markers, total, rep):
                 die(f"{app} did not join every input within an hour ({len(pending)} end markers missing)")
             time.sleep(0.1)
     wall, cpu = time.monotonic() - t_start, proc.cpu()
-    got = {t: rows(port, t) for t in TYPES}
+    got = {t: rows(port, t) for t in types}
     proc.stop()
     shutil.rmtree(state, ignore_errors=True)
     rps = total / wall
     cpu_per_m = cpu / total * 1e6
-    log(f"{label} join #{rep}: {rps:,.0f} input records/s, {cpu_per_m:.2f} CPU-s per M input records, "
-        f"{wall:.1f}s from process start; rows: " + ", ".join(f"{t} {len(got[t]):,}" for t in TYPES))
-    h.rec("join_rps", label, rps)
-    h.rec("join_cpu_s_per_m", label, cpu_per_m)
-    h.rec("join_wall_s", label, wall)
+    log(f"{label} {fig} #{rep}: {rps:,.0f} input records/s, {cpu_per_m:.2f} CPU-s per M input records, "
+        f"{wall:.1f}s from process start; rows: " + ", ".join(f"{t} {len(got[t]):,}" for t in types))
+    h.rec(f"{fig}_rps", label, rps)
+    h.rec(f"{fig}_cpu_s_per_m", label, cpu_per_m)
+    h.rec(f"{fig}_wall_s", label, wall)
     return got
 
 
