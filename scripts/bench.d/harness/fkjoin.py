@@ -124,29 +124,6 @@ SYSTEMS = {"kstate": (start_kstate, kstate_has, kstate_rows),
 
 # ---- the section ----------------------------------------------------------------------
 
-def describe(k, row, want):
-    """A differing row, by the seq of its sides, against the input's final row."""
-    def side(r, name):
-        if r is None:
-            return "no row"
-        v = r.get(name)
-        return "null" if v is None else f"seq {v.get('seq', v)}"
-    return (f"{k}: order {side(row, 'left')}, customer {side(row, 'right')} in the row; "
-            f"order {side(want, 'left')}, customer {side(want, 'right')} in the input's join")
-
-
-def difference_kind(row, want, order):
-    """Why a Kafka Streams row differs from the input's join (`want`, None: no row), in a
-    few words; `order` is the order's last value in the input (None: deleted)."""
-    if row is None:
-        return "a row missing"
-    if row["left"] != order:
-        return "an order that is not its last value"
-    if row["right"] is not None and (want is None or want["right"] is None):
-        return "a customer the input no longer has"
-    return "a customer that is not its last value"
-
-
 def run_fkjoin(h):
     a = h.a
     right_partitions = max(1, a.partitions // 2)
@@ -179,7 +156,7 @@ def run_fkjoin(h):
             diff = join.differences(got[t], against[t])
             if diff:
                 die(f"the foreign-key {t} join of {what} ({len(got[t]):,} rows against {len(against[t]):,}); "
-                    f"first differences: " + "; ".join(describe(k, r, want[t].get(k)) for k, r, _ in diff))
+                    f"first differences: " + "; ".join(join.describe(k, r, want[t].get(k)) for k, r, _ in diff))
 
     kstate = None
     for rep in range(a.join_repeats):
@@ -188,22 +165,10 @@ def run_fkjoin(h):
         kstate = kstate or got
     log("kstate: every row of the foreign-key inner and left joins equals the joins of the input's last values")
 
-    # Kafka Streams as its users run it, the record cache at its default. Its rows that
-    # differ are counted by kind and shown, not fatal: the identity the section checks is
-    # the run with the cache off (see docs/BENCHMARKS.md).
-    h.fkjoin_check["kafka_streams_differing_rows"] = []
-    for rep in range(a.join_repeats):
-        got = run("kafka_streams", rep)
-        kinds = {}
-        for t in TYPES:
-            for k, _, st_row in join.differences(kstate[t], got[t], limit=None):
-                order = want["left"].get(k, {}).get("left")
-                kind = difference_kind(st_row, want[t].get(k), order)
-                kinds.setdefault(f"{t}: {kind}", []).append(describe(k, st_row, want[t].get(k)))
-        h.fkjoin_check["kafka_streams_differing_rows"].append({kind: len(v) for kind, v in kinds.items()})
-        for kind, rows_ in kinds.items():
-            h.note(f"Kafka Streams foreign-key join (default record cache) run #{rep}: {len(rows_):,} rows, "
-                   f"{kind}; e.g. " + "; ".join(rows_[:3]))
+    # Kafka Streams as its users run it, the record cache at its default.
+    h.fkjoin_check["kafka_streams_differing_rows"] = [
+        join.cached_differences(h, "foreign-key join", rep, kstate, run("kafka_streams", rep), want, TYPES)
+        for rep in range(a.join_repeats)]
 
     got = run("kafka_streams_no_cache", 0)
     mismatch(got, kstate, "Kafka Streams (record cache off) differs from kstate's")

@@ -5,11 +5,10 @@ read once a system has consumed everything, is compared as parsed JSON: kstate's
 the joins of the generator's last values, and Kafka Streams' with kstate's.
 
 Kafka Streams runs twice over: with its default record cache (the figures a user gets)
-and with the cache off. With the cache, its inner join keeps rows of keys whose sides
-were both deleted between two flushes (the deletion reaches the join when the other
-side is already gone, and an inner join forwards nothing then); those rows are counted
-and shown, and any other difference fails the section. With the cache off every row
-must be identical to kstate's."""
+and with the cache off. With the cache, some of its rows differ (rows of keys whose
+sides were deleted, rows missing, sides that are not their last values; see
+docs/BENCHMARKS.md): they are counted by kind and shown, not fatal. With the cache off
+every row must be identical to kstate's, or the section fails."""
 import http.client
 import json
 import shutil
@@ -171,16 +170,39 @@ def measure(h, label, markers, total, rep, systems=SYSTEMS, types=TYPES, fig="jo
     return got
 
 
-def stale_inner_rows(streams, kstate):
-    """The keys of Kafka Streams' inner-join rows that kstate does not have (rows of keys
-    with a side missing), or None when the two differ in any other way."""
-    stale = []
-    for t in TYPES:
-        for k, ks_row, st_row in differences(kstate[t], streams[t], limit=None):
-            if t != "inner" or ks_row is not None:
-                return None
-            stale.append(k)
-    return stale
+def describe(k, row, want):
+    """A row (None: none) by the seq of its sides, against the input's (`want`)."""
+    def sides(r):
+        if r is None:
+            return "no row"
+        return ", ".join(f"{side} " + ("null" if r[side] is None else f"seq {r[side].get('seq')}")
+                         for side in ("left", "right"))
+    return f"{k}: {sides(row)} in the row; {sides(want)} in the input's join"
+
+
+def difference_kind(row, want):
+    """Why a row differs from the input's join (None: no row), in a few words."""
+    if row is None:
+        return "a row missing"
+    if want is None:
+        return "a row the input does not have"
+    return ", ".join(f"{side} " + ("deleted at the end" if want[side] is None else "not its last value")
+                     for side in ("left", "right") if row[side] != want[side])
+
+
+def cached_differences(h, what, rep, kstate, got, want, types):
+    """Kafka Streams with its default record cache against kstate's rows (equal to the
+    input's): the differing rows counted by join type and kind, each kind noted with
+    examples. Not fatal: its identity is checked with the cache off."""
+    kinds = {}
+    for t in types:
+        for k, _, row in differences(kstate[t], got[t], limit=None):
+            w = want[t].get(k)
+            kinds.setdefault(f"{t}: {difference_kind(row, w)}", []).append(describe(k, row, w))
+    for kind, rows in kinds.items():
+        h.note(f"Kafka Streams {what} (default record cache) run #{rep}: {len(rows):,} rows, {kind}; e.g. "
+               + "; ".join(rows[:3]))
+    return {kind: len(rows) for kind, rows in kinds.items()}
 
 
 def run_join(h):
@@ -213,30 +235,9 @@ def run_join(h):
     log("kstate: every row of the inner, left and outer joins equals the joins of the input's last values")
 
     # Kafka Streams as its users run it: the record cache at its default.
-    stale_counts = []
-    for rep in range(a.join_repeats):
-        got = measure(h, "kafka_streams", markers, total, rep)
-        stale = stale_inner_rows(got, kstate)
-        if stale is None:
-            for t in TYPES:
-                diff = differences(kstate[t], got[t])
-                if diff:
-                    die(f"kstate's {t} join differs from Kafka Streams' ({len(kstate[t]):,} rows against "
-                        f"{len(got[t]):,}); first differences (key, kstate, Kafka Streams): {diff}")
-        if stale:
-            def sides(k):
-                # The input's last values (the outer join of both), against the stale row's.
-                end = want["outer"].get(k, {"left": None, "right": None})
-                row = got["inner"][k]
-                return ", ".join(f"{side} seq {row[side].get('seq')} in its row, "
-                                 + (f"seq {end[side].get('seq')}" if end[side] else "deleted") + " at the end"
-                                 for side in ("left", "right"))
-            h.note(f"Kafka Streams (default record cache) run #{rep}: {len(stale):,} inner-join rows of keys that "
-                   f"lack a side at the end (kstate and the input have no row), e.g. "
-                   + "; ".join(f"{k}: {sides(k)}" for k in stale[:3])
-                   + "; its left and outer joins are identical to kstate's")
-        stale_counts.append(len(stale))
-    h.join_check["kafka_streams_stale_inner_rows"] = stale_counts
+    h.join_check["kafka_streams_differing_rows"] = [
+        cached_differences(h, "join", rep, kstate, measure(h, "kafka_streams", markers, total, rep), want, TYPES)
+        for rep in range(a.join_repeats)]
 
     # The identity check proper: Kafka Streams with the record cache off, row for row.
     got = measure(h, "kafka_streams_no_cache", markers, total, 0)

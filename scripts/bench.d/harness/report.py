@@ -186,8 +186,8 @@ def report(h):
         print(f"join: {c['input_records']:,} input records; rows "
               f"{', '.join(f'{t} {n:,}' for t, n in c['rows'].items())}; kstate equal to the input's joins; "
               f"Kafka Streams with its record cache off identical to kstate: "
-              f"{c.get('identical_to_kafka_streams_no_cache', False)}; stale inner rows of Kafka Streams with "
-              f"its default cache, per run: {c.get('kafka_streams_stale_inner_rows')}")
+              f"{c.get('identical_to_kafka_streams_no_cache', False)}; rows of Kafka Streams with its default "
+              f"cache that differ, per run: {c.get('kafka_streams_differing_rows')}")
     if getattr(h, "fkjoin_check", None):
         c = h.fkjoin_check
         no_cache("fkjoin", "foreign-key join x2")
