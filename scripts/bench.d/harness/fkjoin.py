@@ -124,6 +124,20 @@ SYSTEMS = {"kstate": (start_kstate, kstate_has, kstate_rows),
 
 # ---- the section ----------------------------------------------------------------------
 
+RETAINED = "an older value of an order whose last value joins no customer"
+
+
+def retained(row, last):
+    """Whether an inner-join row the input's join lacks holds an older value of an order
+    whose last value (`last`, its left-join row) joins no customer. Kafka Streams keeps
+    such a row when the answer that would delete it comes back for a value the order no
+    longer has (it drops answers whose hash of the order differs), and the order's newer
+    subscription is answered only if its customer exists (inner joins). kstate applies
+    the answer of the row's current subscription, which comes with or without a
+    customer."""
+    return last is not None and last["right"] is None and row["left"] != last["left"]
+
+
 def run_fkjoin(h):
     a = h.a
     right_partitions = max(1, a.partitions // 2)
@@ -166,13 +180,27 @@ def run_fkjoin(h):
     log("kstate: every row of the foreign-key inner and left joins equals the joins of the input's last values")
 
     # Kafka Streams as its users run it, the record cache at its default.
+    def kind(t, k, row, w):
+        if t == "inner" and w is None and row is not None and retained(row, want["left"].get(k)):
+            return RETAINED
+        return join.difference_kind(row, w)
+
     h.fkjoin_check["kafka_streams_differing_rows"] = [
-        join.cached_differences(h, "foreign-key join", rep, kstate, run("kafka_streams", rep), want, TYPES)
+        join.cached_differences(h, "foreign-key join", rep, kstate, run("kafka_streams", rep), want, TYPES, kind)
         for rep in range(a.join_repeats)]
 
+    # With the cache off, every row must be identical but one kind (see retained()),
+    # which is counted and shown.
     got = run("kafka_streams_no_cache", 0)
+    kept = [k for k in got["inner"].keys() - kstate["inner"].keys() if retained(got["inner"][k], want["left"].get(k))]
+    if kept:
+        h.note(f"Kafka Streams foreign-key join (record cache off): {len(kept):,} rows, inner: {RETAINED}; e.g. "
+               + "; ".join(join.describe(k, got["inner"][k], want["left"][k]) for k in sorted(kept)[:3]))
+    for k in kept:
+        del got["inner"][k]
     mismatch(got, kstate, "Kafka Streams (record cache off) differs from kstate's")
-    h.fkjoin_check["identical_to_kafka_streams_no_cache"] = True
+    h.fkjoin_check["kafka_streams_no_cache_retained_inner_rows"] = len(kept)
+    h.fkjoin_check["identical_to_kafka_streams_no_cache"] = not kept
     log("foreign-key join: every row of the inner and left joins is identical in kstate and Kafka Streams with "
-        "its record cache off (parsed JSON), and equal to the joins of the input's last values: "
-        + ", ".join(f"{t} {rows[t]:,} rows" for t in TYPES))
+        f"its record cache off (parsed JSON), but {len(kept):,} retained inner-join rows, and kstate's equal the "
+        "joins of the input's last values: " + ", ".join(f"{t} {rows[t]:,} rows" for t in TYPES))

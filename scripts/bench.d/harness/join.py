@@ -190,15 +190,15 @@ def difference_kind(row, want):
                      for side in ("left", "right") if row[side] != want[side])
 
 
-def cached_differences(h, what, rep, kstate, got, want, types):
+def cached_differences(h, what, rep, kstate, got, want, types, kind=lambda t, k, row, w: difference_kind(row, w)):
     """Kafka Streams with its default record cache against kstate's rows (equal to the
-    input's): the differing rows counted by join type and kind, each kind noted with
+    input's): the differing rows counted by join type and `kind`, each kind noted with
     examples. Not fatal: its identity is checked with the cache off."""
     kinds = {}
     for t in types:
         for k, _, row in differences(kstate[t], got[t], limit=None):
             w = want[t].get(k)
-            kinds.setdefault(f"{t}: {difference_kind(row, w)}", []).append(describe(k, row, w))
+            kinds.setdefault(f"{t}: {kind(t, k, row, w)}", []).append(describe(k, row, w))
     for kind, rows in kinds.items():
         h.note(f"Kafka Streams {what} (default record cache) run #{rep}: {len(rows):,} rows, {kind}; e.g. "
                + "; ".join(rows[:3]))
