@@ -124,18 +124,20 @@ SYSTEMS = {"kstate": (start_kstate, kstate_has, kstate_rows),
 
 # ---- the section ----------------------------------------------------------------------
 
-RETAINED = "an older value of an order whose last value joins no customer"
+RETAINED = "an older value of an order whose last value joins no customer or is deleted"
 
 
 def retained(row, last):
     """Whether an inner-join row the input's join lacks holds an older value of an order
-    whose last value (`last`, its left-join row) joins no customer. Kafka Streams keeps
-    such a row when the answer that would delete it comes back for a value the order no
-    longer has (it drops answers whose hash of the order differs), and the order's newer
-    subscription is answered only if its customer exists (inner joins). kstate applies
+    whose last value (`last`, its left-join row; None: deleted) joins no customer.
+    Kafka Streams keeps such a row when the answer that would delete it comes back after
+    the order changed again: it drops answers for a value the order no longer has (a hash
+    of the order), and in an inner join the order's later values send nothing that could
+    delete the row (a value naming no customer, a tombstone after one) or are answered
+    only if their customer exists (a new order, an unchanged customer). kstate applies
     the answer of the row's current subscription, which comes with or without a
-    customer."""
-    return last is not None and last["right"] is None and row["left"] != last["left"]
+    customer, and a tombstone or a value naming no customer removes the row at once."""
+    return last is None or (last["right"] is None and row["left"] != last["left"])
 
 
 def run_fkjoin(h):
