@@ -99,8 +99,8 @@ status agg_pipeline::fk_left_stage2(view_state& v, const record& r) {
   slot->second.dirty = true;
   builder_.note_applied(def.name, r.topic, r.partition);
   if (!def.cache) {
-    auto s = produce(def.changelog_topic, r.partition, std::get<2>(slot->first),
-                     changelog_value(v, slot->second.state), r.offset, r.timestamp);
+    auto s = produce(def.changelog_topic, r.partition, std::get<2>(slot->first), changelog_value(v, slot->second.state),
+                     r.offset, r.timestamp);
     if (!s.ok()) log()->error("{}", s.message());
   }
   return status::ok_status();
@@ -132,18 +132,20 @@ void agg_pipeline::fk_set(view_state& v, const record& r, const std::string& key
 }
 
 result<std::vector<std::pair<std::string, fk_subscription>>> agg_pipeline::fk_subscribers(view_state& v, int32_t q,
-                                                                                           const std::string& fk) {
+                                                                                          const std::string& fk) {
   const size_t idx = static_cast<size_t>(&v - views_.data());
   const std::string prefix = fk_subscription_prefix(fk);
-  auto under = [&](std::string_view k) { return k.size() >= prefix.size() && k.compare(0, prefix.size(), prefix) == 0; };
+  auto under = [&](std::string_view k) {
+    return k.size() >= prefix.size() && k.compare(0, prefix.size(), prefix) == 0;
+  };
   // Stored key -> value (nullopt: deleted since), newest layer last.
   std::map<std::string, std::optional<std::string>> entries;
   auto snap = db_.read_snapshot();
   auto it = snap->scan(v.id, q, prefix, std::nullopt, false, storage::scan_use::page);
   for (; it->valid() && under(it->key()); it->next()) entries[std::string(it->key())] = std::string(it->value());
   if (auto s = it->error(); !s.ok()) return s.prefixed("reading the subscriptions of store " + v.def->name);
-  for (auto u = unwritten_.lower_bound({idx, q, prefix});
-       u != unwritten_.end() && std::get<0>(u->first) == idx && std::get<1>(u->first) == q && under(std::get<2>(u->first));
+  for (auto u = unwritten_.lower_bound({idx, q, prefix}); u != unwritten_.end() && std::get<0>(u->first) == idx &&
+                                                          std::get<1>(u->first) == q && under(std::get<2>(u->first));
        ++u)
     entries[std::get<2>(u->first)] =
         u->second.deleted ? std::optional<std::string>() : std::optional<std::string>(u->second.state);
@@ -198,8 +200,9 @@ status agg_pipeline::fk_right_stage2(view_state& v, const record& r) {
     }
     case fk_message_kind::subscribe: {
       if (msg->left_partition < 0 || msg->left_partition >= left_count) {
-        builder_.reject(def, r, "subscription names left partition " + std::to_string(msg->left_partition) +
-                                    " of " + std::to_string(left_count));
+        builder_.reject(def, r,
+                        "subscription names left partition " + std::to_string(msg->left_partition) + " of " +
+                            std::to_string(left_count));
         return status::ok_status();
       }
       const std::string sub_key = fk_subscription_prefix(fk) + msg->left_key;
@@ -245,7 +248,8 @@ void agg_pipeline::fk_left_write(storage::write_batch& batch, const view_state& 
     return;
   }
   batch.put(*v.sides, partition, key, row);
-  if (auto joined = v.join->joined(fk_sides(*decoded))) batch.put(v.id, partition, key, frame_value(input_offset, *joined));
+  if (auto joined = v.join->joined(fk_sides(*decoded)))
+    batch.put(v.id, partition, key, frame_value(input_offset, *joined));
   else batch.del(v.id, partition, key);
 }
 

@@ -275,8 +275,9 @@ TEST_CASE("kill -9 during the input: after restart every foreign-key join equals
   CHECK(ks.terminate() == 0);
 }
 
-TEST_CASE("a late answer for a customer the order has left is dropped; foreign records on the internal topics are "
-          "rejected") {
+TEST_CASE(
+    "a late answer for a customer the order has left is dropped; foreign records on the internal topics are "
+    "rejected") {
   // One order partition: the first record of the repartition topic is the order's first
   // copy, so its offset (the version of its first subscription) is 0.
   auto orders = unique_name("orders"), customers = unique_name("customers");
