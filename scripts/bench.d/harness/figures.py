@@ -423,8 +423,10 @@ class Harness:
         run_wordcount(self)
 
     def join(self):
+        from .fkjoin import run_fkjoin
         from .join import run_join
         run_join(self)
+        run_fkjoin(self)
 
     def rocks_limit(self, kstate_state):
         copy = self.work / "state-copy"

@@ -5,11 +5,10 @@ read once a system has consumed everything, is compared as parsed JSON: kstate's
 the joins of the generator's last values, and Kafka Streams' with kstate's.
 
 Kafka Streams runs twice over: with its default record cache (the figures a user gets)
-and with the cache off. With the cache, its inner join keeps rows of keys whose sides
-were both deleted between two flushes (the deletion reaches the join when the other
-side is already gone, and an inner join forwards nothing then); those rows are counted
-and shown, and any other difference fails the section. With the cache off every row
-must be identical to kstate's."""
+and with the cache off. With the cache, some of its rows differ (rows of keys whose
+sides were deleted, rows missing, sides that are not their last values; see
+docs/BENCHMARKS.md): they are counted by kind and shown, not fatal. With the cache off
+every row must be identical to kstate's, or the section fails."""
 import http.client
 import json
 import shutil
@@ -65,17 +64,18 @@ def kstate_has(port, t, key):
     return get(port, f"/v1/stores/j_{t}/keys/{urllib.parse.quote(key, safe='')}", timeout=5)[0] == 200
 
 
-def kstate_rows(port, t):
-    """Every row of view j_<t>, read in range pages of PAGE."""
+def kstate_rows(port, t, view_prefix="j_"):
+    """Every row of view <view_prefix><t>, read in range pages of PAGE."""
+    view = view_prefix + t
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     rows, cursor = {}, None
     while True:
         q = f"limit={PAGE}" + (f"&cursor={urllib.parse.quote(cursor, safe='')}" if cursor else "")
-        c.request("GET", f"/v1/stores/j_{t}/keys?{q}")
+        c.request("GET", f"/v1/stores/{view}/keys?{q}")
         r = c.getresponse()
         body = r.read()
         if r.status != 200:
-            die(f"kstate's range page of j_{t} answered {r.status}: {body[:300]!r}")
+            die(f"kstate's range page of {view} answered {r.status}: {body[:300]!r}")
         page = json.loads(body)
         for e in page["data"]:
             rows[e["key"]] = e["value"]
@@ -87,10 +87,10 @@ def kstate_rows(port, t):
 
 # ---- Kafka Streams --------------------------------------------------------------------
 
-def start_streams(h, app, state, port, extra=()):
+def start_streams(h, app, state, port, extra=(), left=LEFT, right=RIGHT):
     cp = f"{BD / 'streams/target/classes'}:{BD / 'streams/target/lib'}/*"
     cmd = ["java", "-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
-           "bench.Join", f"bootstrap={h.bootstrap}", f"left={LEFT}", f"right={RIGHT}", f"app_id={app}",
+           "bench.Join", f"bootstrap={h.bootstrap}", f"left={left}", f"right={right}", f"app_id={app}",
            f"state_dir={state}", f"port={port}", "stream_threads=2", "guarantee=exactly_once_v2",
            f"cache_mb={h.cache_mb}", *extra]
     return Proc(app, cmd, h.work / f"{app}.log")
@@ -135,18 +135,19 @@ def differences(a, b, limit=5):
     return out
 
 
-def measure(h, label, markers, total, rep):
-    """One run from empty state: from the launch until every inner, left and outer join
-    holds every partition's end marker (polled every 0.1 s), the input records per second
-    and the process's CPU per million input records over that time; then every row."""
-    start, has, rows = SYSTEMS[label]
-    app = f"bench-join-{label}-{rep}-{int(time.time())}"
+def measure(h, label, markers, total, rep, systems=SYSTEMS, types=TYPES, fig="join"):
+    """One run from empty state: from the launch until every join (`types`) holds every
+    end marker (polled every 0.1 s), the input records per second and the process's CPU
+    per million input records over that time, recorded as <fig>_rps, <fig>_cpu_s_per_m
+    and <fig>_wall_s; then every row of each join."""
+    start, has, rows = systems[label]
+    app = f"bench-{fig}-{label}-{rep}-{int(time.time())}"
     state = h.work / f"{app}-state"
     shutil.rmtree(state, ignore_errors=True)
     port = free_port()
     t_start = time.monotonic()
     proc = start(h, app, state, port)
-    pending = [(t, k) for t in TYPES for k in markers]
+    pending = [(t, k) for t in types for k in markers]
     while pending:
         if not proc.alive():
             die(f"{app} exited during the join (log: {proc.logfile})")
@@ -156,29 +157,52 @@ def measure(h, label, markers, total, rep):
                 die(f"{app} did not join every input within an hour ({len(pending)} end markers missing)")
             time.sleep(0.1)
     wall, cpu = time.monotonic() - t_start, proc.cpu()
-    got = {t: rows(port, t) for t in TYPES}
+    got = {t: rows(port, t) for t in types}
     proc.stop()
     shutil.rmtree(state, ignore_errors=True)
     rps = total / wall
     cpu_per_m = cpu / total * 1e6
-    log(f"{label} join #{rep}: {rps:,.0f} input records/s, {cpu_per_m:.2f} CPU-s per M input records, "
-        f"{wall:.1f}s from process start; rows: " + ", ".join(f"{t} {len(got[t]):,}" for t in TYPES))
-    h.rec("join_rps", label, rps)
-    h.rec("join_cpu_s_per_m", label, cpu_per_m)
-    h.rec("join_wall_s", label, wall)
+    log(f"{label} {fig} #{rep}: {rps:,.0f} input records/s, {cpu_per_m:.2f} CPU-s per M input records, "
+        f"{wall:.1f}s from process start; rows: " + ", ".join(f"{t} {len(got[t]):,}" for t in types))
+    h.rec(f"{fig}_rps", label, rps)
+    h.rec(f"{fig}_cpu_s_per_m", label, cpu_per_m)
+    h.rec(f"{fig}_wall_s", label, wall)
     return got
 
 
-def stale_inner_rows(streams, kstate):
-    """The keys of Kafka Streams' inner-join rows that kstate does not have (rows of keys
-    with a side missing), or None when the two differ in any other way."""
-    stale = []
-    for t in TYPES:
-        for k, ks_row, st_row in differences(kstate[t], streams[t], limit=None):
-            if t != "inner" or ks_row is not None:
-                return None
-            stale.append(k)
-    return stale
+def describe(k, row, want):
+    """A row (None: none) by the seq of its sides, against the input's (`want`)."""
+    def sides(r):
+        if r is None:
+            return "no row"
+        return ", ".join(f"{side} " + ("null" if r[side] is None else f"seq {r[side].get('seq')}")
+                         for side in ("left", "right"))
+    return f"{k}: {sides(row)} in the row; {sides(want)} in the input's join"
+
+
+def difference_kind(row, want):
+    """Why a row differs from the input's join (None: no row), in a few words."""
+    if row is None:
+        return "a row missing"
+    if want is None:
+        return "a row the input does not have"
+    return ", ".join(f"{side} " + ("deleted at the end" if want[side] is None else "not its last value")
+                     for side in ("left", "right") if row[side] != want[side])
+
+
+def cached_differences(h, what, rep, kstate, got, want, types, kind=lambda t, k, row, w: difference_kind(row, w)):
+    """Kafka Streams with its default record cache against kstate's rows (equal to the
+    input's): the differing rows counted by join type and `kind`, each kind noted with
+    examples. Not fatal: its identity is checked with the cache off."""
+    kinds = {}
+    for t in types:
+        for k, _, row in differences(kstate[t], got[t], limit=None):
+            w = want[t].get(k)
+            kinds.setdefault(f"{t}: {kind(t, k, row, w)}", []).append(describe(k, row, w))
+    for kind, rows in kinds.items():
+        h.note(f"Kafka Streams {what} (default record cache) run #{rep}: {len(rows):,} rows, {kind}; e.g. "
+               + "; ".join(rows[:3]))
+    return {kind: len(rows) for kind, rows in kinds.items()}
 
 
 def run_join(h):
@@ -211,30 +235,9 @@ def run_join(h):
     log("kstate: every row of the inner, left and outer joins equals the joins of the input's last values")
 
     # Kafka Streams as its users run it: the record cache at its default.
-    stale_counts = []
-    for rep in range(a.join_repeats):
-        got = measure(h, "kafka_streams", markers, total, rep)
-        stale = stale_inner_rows(got, kstate)
-        if stale is None:
-            for t in TYPES:
-                diff = differences(kstate[t], got[t])
-                if diff:
-                    die(f"kstate's {t} join differs from Kafka Streams' ({len(kstate[t]):,} rows against "
-                        f"{len(got[t]):,}); first differences (key, kstate, Kafka Streams): {diff}")
-        if stale:
-            def sides(k):
-                # The input's last values (the outer join of both), against the stale row's.
-                end = want["outer"].get(k, {"left": None, "right": None})
-                row = got["inner"][k]
-                return ", ".join(f"{side} seq {row[side].get('seq')} in its row, "
-                                 + (f"seq {end[side].get('seq')}" if end[side] else "deleted") + " at the end"
-                                 for side in ("left", "right"))
-            h.note(f"Kafka Streams (default record cache) run #{rep}: {len(stale):,} inner-join rows of keys that "
-                   f"lack a side at the end (kstate and the input have no row), e.g. "
-                   + "; ".join(f"{k}: {sides(k)}" for k in stale[:3])
-                   + "; its left and outer joins are identical to kstate's")
-        stale_counts.append(len(stale))
-    h.join_check["kafka_streams_stale_inner_rows"] = stale_counts
+    h.join_check["kafka_streams_differing_rows"] = [
+        cached_differences(h, "join", rep, kstate, measure(h, "kafka_streams", markers, total, rep), want, TYPES)
+        for rep in range(a.join_repeats)]
 
     # The identity check proper: Kafka Streams with the record cache off, row for row.
     got = measure(h, "kafka_streams_no_cache", markers, total, 0)

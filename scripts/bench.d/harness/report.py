@@ -18,6 +18,9 @@ ROWS = [
     ("join x3 (input records/s from start)", "join_rps", None),
     ("join x3 CPU-s per M input records", "join_cpu_s_per_m", None),
     ("join x3 wall time from start (s)", "join_wall_s", None),
+    ("foreign-key join x2 (input records/s)", "fkjoin_rps", None),
+    ("foreign-key join x2 CPU-s per M input", "fkjoin_cpu_s_per_m", None),
+    ("foreign-key join x2 wall time (s)", "fkjoin_wall_s", None),
     ("lookups uniform (req/s, 64 conns)", "lookup_rps", "limit"),
     ("  store limit: RocksDB Get/s (2 thr)", "lookup_rps", "limit_store"),
     ("lookups skewed (req/s)", "lookup_zipf_rps", None),
@@ -125,7 +128,7 @@ def report(h):
         lines.append(f"{title:38} {'' if sub else fmt(k):>12} {'' if sub else fmt(s):>14} {fmt(l):>12} "
                      f"{('' if sub else f'{r1:.2f}' if r1 is not None else '-'):>10} "
                      f"{(f'{r2:.2f}' if r2 is not None else '-'):>12}")
-    for key in ("join_rps", "join_cpu_s_per_m", "join_wall_s"):
+    for key in ("join_rps", "join_cpu_s_per_m", "join_wall_s", "fkjoin_rps", "fkjoin_cpu_s_per_m", "fkjoin_wall_s"):
         if key in result and h.r[key].get("kafka_streams_no_cache"):
             result[key]["kafka_streams_no_cache"] = med(key, "kafka_streams_no_cache")
     fwd = getattr(h, "fwd", None)
@@ -140,7 +143,7 @@ def report(h):
             result[key] = {s: med(key, s) for s in ("kstate", "kafka_streams", "limit")}
     if getattr(h, "front_end", None):
         result["kafka_streams_front_end"] = h.front_end
-    for attr in ("rate", "body_bytes", "prefill_rps", "wordcount_check", "join_check"):
+    for attr in ("rate", "body_bytes", "prefill_rps", "wordcount_check", "join_check", "fkjoin_check"):
         if getattr(h, attr, None) is not None:
             result[{"rate": "fixed_rate_offered_rps", "body_bytes": "lookup_body_bytes"}.get(attr, attr)] = getattr(h, attr)
     result["mode"] = "quick" if h.a.quick else "full"
@@ -168,17 +171,33 @@ def report(h):
     if "lookup_404_ratio" in result:
         r = result["lookup_404_ratio"]
         print(f"404 ratio of uniform lookups: kstate {fmt(r['kstate'])}, Kafka Streams {fmt(r['kafka_streams'])}")
+    def no_cache(fig, title):
+        nc = {f: med(f"{fig}_{f}", "kafka_streams_no_cache") for f in ("rps", "cpu_s_per_m", "wall_s")}
+        if nc["rps"] is not None:
+            k = med(f"{fig}_rps", "kstate"), med(f"{fig}_cpu_s_per_m", "kstate")
+            ratios = (f" (kstate/KS {k[0] / nc['rps']:.2f} rate, {k[1] / nc['cpu_s_per_m']:.2f} CPU)"
+                      if None not in k else "")
+            print(f"{title}, Kafka Streams with its record cache off: {fmt(nc['rps'])} input records/s, "
+                  f"{fmt(nc['cpu_s_per_m'])} CPU-s per M, {fmt(nc['wall_s'])} s from start{ratios}")
+
     if getattr(h, "join_check", None):
         c = h.join_check
-        nc = {fig: med(fig, "kafka_streams_no_cache") for fig in ("join_rps", "join_cpu_s_per_m", "join_wall_s")}
-        if nc["join_rps"] is not None:
-            print(f"join x3, Kafka Streams with its record cache off: {fmt(nc['join_rps'])} input records/s, "
-                  f"{fmt(nc['join_cpu_s_per_m'])} CPU-s per M, {fmt(nc['join_wall_s'])} s from start")
+        no_cache("join", "join x3")
         print(f"join: {c['input_records']:,} input records; rows "
               f"{', '.join(f'{t} {n:,}' for t, n in c['rows'].items())}; kstate equal to the input's joins; "
               f"Kafka Streams with its record cache off identical to kstate: "
-              f"{c.get('identical_to_kafka_streams_no_cache', False)}; stale inner rows of Kafka Streams with "
-              f"its default cache, per run: {c.get('kafka_streams_stale_inner_rows')}")
+              f"{c.get('identical_to_kafka_streams_no_cache', False)}; rows of Kafka Streams with its default "
+              f"cache that differ, per run: {c.get('kafka_streams_differing_rows')}")
+    if getattr(h, "fkjoin_check", None):
+        c = h.fkjoin_check
+        no_cache("fkjoin", "foreign-key join x2")
+        print(f"foreign-key join: {c['input_records']:,} input records; {c['orders']:,} orders at the end, "
+              f"{c['naming_none']:,} naming no customer, {c['naming_absent']:,} naming an absent one; rows "
+              f"{', '.join(f'{t} {n:,}' for t, n in c['rows'].items())}; kstate equal to the input's joins; "
+              f"Kafka Streams with its record cache off identical to kstate: "
+              f"{c.get('identical_to_kafka_streams_no_cache', False)} (retained inner rows: "
+              f"{c.get('kafka_streams_no_cache_retained_inner_rows')}, the rest identical); rows of Kafka Streams "
+              f"with its default cache that differ, per run: {c.get('kafka_streams_differing_rows')}")
     print(f"load average: {', '.join(f'{n} {v[0]:.1f}' for n, v in h.loads)}")
     for n in h.notes:
         print("note:", n)

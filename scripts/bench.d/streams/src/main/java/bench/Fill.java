@@ -31,6 +31,8 @@ import org.apache.kafka.common.utils.Utils;
  *     N lines of text over a vocabulary of V words, for the word count (see lines()).
  *   Fill join bootstrap=B left=L right=R records=N keys=K partitions=P statefile=F seed=X
  *     two tables for the join views, N records on each side (see join()).
+ *   Fill fkjoin bootstrap=B left=L right=R records=N keys=K partitions=P right_partitions=Q statefile=F seed=X
+ *     orders naming customers by a field, for the foreign-key join views (see fkJoin()).
  *
  * Keys are 16 bytes ("k" + 15 digits); values are 100-byte JSON documents that are
  * already compact with sorted keys, i.e. what kstate prints back byte for byte.
@@ -199,6 +201,111 @@ public final class Fill {
     return sent;
   }
 
+  /** The first key "~end-<prefix><n>" that the producer's partitioner (murmur2) puts in `partition`. */
+  static String markerKey(String prefix, int partition, int partitions, java.util.Set<String> taken) {
+    for (int n = 0; ; n++) {
+      String k = "~end-" + prefix + n;
+      if (!taken.contains(k) && Utils.toPositive(Utils.murmur2(k.getBytes(StandardCharsets.UTF_8))) % partitions == partition) {
+        taken.add(k);
+        return k;
+      }
+    }
+  }
+
+  static void send(KafkaProducer<byte[], byte[]> prod, String topic, String key, String value,
+                   AtomicReference<Exception> failed) {
+    prod.send(new ProducerRecord<>(topic, key.getBytes(StandardCharsets.UTF_8),
+        value == null ? null : value.getBytes(StandardCharsets.UTF_8)), (md, e) -> {
+      if (e != null) failed.compareAndSet(null, e);
+    });
+  }
+
+  /**
+   * Two tables for the foreign-key join views: orders (`left`, P partitions) whose
+   * member "customer":{"id": ...} names a customer (`right`, Q partitions), `records`
+   * records on each side, interleaved. Orders use `keys` ids ("o" + 9 digits), customers
+   * keys/4 ids j: odd ones keyed "c<j>" and named by that string, even ones keyed "<j>"
+   * and named by the number j (an integer, whose JSON text is the key). The first eighth
+   * of the customer ids is named but never written. An order update keeps its customer
+   * half of the time, else names a random one; one in eight is a tombstone; one in twelve
+   * names no customer: the member missing, "customer" not an object, or "id" null, a
+   * boolean, an object or an array. One customer record in eight is a tombstone.
+   * Last, one end marker per customer partition q, and per pair (p, q) an order marker in
+   * partition p naming q's marker: once every pair's row holds its customer, each order
+   * partition's records and each customer partition's records, and the answers between
+   * them, have been applied (both systems keep each partition-to-partition path in order).
+   * `statefile` gets each table's last values, "O|C\tkey\tvalue" per line, markers included.
+   */
+  static long fkJoin(KafkaProducer<byte[], byte[]> prod, Map<String, String> a, SplittableRandom rnd,
+                     AtomicReference<Exception> failed) throws Exception {
+    String left = a.get("left"), right = a.get("right");
+    long records = Long.parseLong(a.get("records"));
+    long keys = Long.parseLong(a.get("keys"));
+    int partitions = Integer.parseInt(a.get("partitions"));
+    int rightPartitions = Integer.parseInt(a.get("right_partitions"));
+    long customers = Math.max(8, keys / 4), unwritten = customers / 8;
+    Map<String, String> orders = new java.util.TreeMap<>(), custs = new java.util.TreeMap<>();
+    Map<Long, Long> named = new HashMap<>();  // order id -> the customer id it names now
+    String[] noCustomer = {"", ",\"customer\":\"c1\"", ",\"customer\":{\"id\":null}", ",\"customer\":{\"id\":true}",
+        ",\"customer\":{\"id\":{\"id\":\"c1\"}}", ",\"customer\":{\"id\":[\"c1\"]}", ",\"customer\":{\"name\":\"x\"}"};
+    long sent = 0;
+    for (long seq = 0; seq < records; seq++) {
+      long id = rnd.nextLong(keys);
+      String k = String.format("o%09d", id), v;
+      int roll = rnd.nextInt(24);
+      if (roll < 3) {
+        v = null;
+        named.remove(id);
+      } else {
+        String member;
+        if (roll < 5) {
+          member = noCustomer[rnd.nextInt(noCustomer.length)];
+          named.remove(id);
+        } else {
+          Long j = named.get(id);
+          if (j == null || rnd.nextBoolean()) j = rnd.nextLong(customers);
+          named.put(id, j);
+          member = ",\"customer\":{\"id\":" + (j % 2 == 1 ? "\"c" + j + "\"" : String.valueOf(j)) + "}";
+        }
+        String body = joinValue(rnd, 'L', id, seq);
+        v = body.substring(0, body.length() - 1) + member + "}";
+      }
+      if (v == null) orders.remove(k);
+      else orders.put(k, v);
+      send(prod, left, k, v, failed);
+      long j = unwritten + rnd.nextLong(customers - unwritten);
+      String ck = j % 2 == 1 ? "c" + j : String.valueOf(j);
+      String cv = rnd.nextInt(8) == 0 ? null : joinValue(rnd, 'R', j, seq);
+      if (cv == null) custs.remove(ck);
+      else custs.put(ck, cv);
+      send(prod, right, ck, cv, failed);
+      sent += 2;
+      if (failed.get() != null) throw failed.get();
+    }
+    java.util.Set<String> taken = new java.util.HashSet<>();
+    String[] customerMarkers = new String[rightPartitions];
+    for (int q = 0; q < rightPartitions; q++) {
+      customerMarkers[q] = markerKey("c", q, rightPartitions, taken);
+      custs.put(customerMarkers[q], "{\"end\":" + q + "}");
+      send(prod, right, customerMarkers[q], custs.get(customerMarkers[q]), failed);
+      sent++;
+    }
+    for (int p = 0; p < partitions; p++) {
+      for (int q = 0; q < rightPartitions; q++) {
+        String k = markerKey("o", p, partitions, taken);
+        orders.put(k, "{\"end\":[" + p + "," + q + "],\"customer\":{\"id\":\"" + customerMarkers[q] + "\"}}");
+        send(prod, left, k, orders.get(k), failed);
+        sent++;
+      }
+    }
+    prod.flush();
+    try (BufferedWriter w = Files.newBufferedWriter(Path.of(a.get("statefile")), StandardCharsets.UTF_8)) {
+      for (Map.Entry<String, String> e : orders.entrySet()) w.write("O\t" + e.getKey() + "\t" + e.getValue() + "\n");
+      for (Map.Entry<String, String> e : custs.entrySet()) w.write("C\t" + e.getKey() + "\t" + e.getValue() + "\n");
+    }
+    return sent;
+  }
+
   public static void main(String[] argv) throws Exception {
     Map<String, String> a = new HashMap<>();
     for (int i = 1; i < argv.length; i++) {
@@ -279,8 +386,10 @@ public final class Fill {
         sent = lines(prod, topic, Long.parseLong(a.get("records")), (int) keys, rnd, Path.of(a.get("countfile")), failed);
       } else if (argv[0].equals("join")) {
         sent = join(prod, a, rnd, failed);
+      } else if (argv[0].equals("fkjoin")) {
+        sent = fkJoin(prod, a, rnd, failed);
       } else {
-        throw new IllegalArgumentException("fill | append | burst | lines | join");
+        throw new IllegalArgumentException("fill | append | burst | lines | join | fkjoin");
       }
     }
     if (failed.get() != null) throw failed.get();

@@ -14,6 +14,11 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
+import java.util.function.Function;
+
+import io.vertx.core.json.DecodeException;
+import io.vertx.core.json.Json;
+import io.vertx.core.json.JsonObject;
 
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
@@ -39,20 +44,49 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * once (exactly_once_v2), the record cache at its default (10 MiB),
  * topology.optimization=all (the source topics are the tables' changelogs).
  *
- *   GET /bench/join/{store}        every row of store inner, left or outer, "key\tvalue" per line
+ * With foreign_key=PATH the two tables are joined on a field of the left value instead
+ * (KIP-213): KTable#join(other, foreignKeyExtractor, joiner) and #leftJoin, materialized
+ * as "inner" and "left", the extractor reading the dotted PATH as kstate's
+ * join.foreign_key does (foreignKey()).
+ *
+ *   GET /bench/join/{store}        every row of a store, "key\tvalue" per line
  *   GET /bench/key/{store}/{key}   one row's value, 404 when there is none
  *
  * Usage: Join key=value... with keys bootstrap, left, right, app_id, state_dir, port,
  * stream_threads (2), guarantee (exactly_once_v2 | at_least_once), cache_mb (64), record_cache_bytes
- * (statestore.cache.max.bytes; its default when not given).
+ * (statestore.cache.max.bytes; its default when not given), foreign_key.
  */
 public final class Join {
-  private static final Set<String> STORES = Set.of("inner", "left", "outer");
+  private static Set<String> stores = Set.of("inner", "left", "outer");
   private static KafkaStreams streams;
 
   /** kstate's joined value of a join view with the default names. */
   static String joined(String left, String right) {
     return "{\"left\":" + (left == null ? "null" : left) + ",\"right\":" + (right == null ? "null" : right) + "}";
+  }
+
+  /**
+   * The right key a left value names at the dotted `path`, as kstate's join.foreign_key
+   * reads it: a string is the key, a number its text; anything else (a value that is
+   * not a JSON object, a missing member, null, a boolean, an object, an array) names
+   * none, and the extractor returns null. Integers print alike here and in kstate; a
+   * decimal such as 1e20 does not (Double.toString writes 1.0E20), so the bench's
+   * foreign keys are strings and integers.
+   */
+  static String foreignKey(String value, String[] path) {
+    Object v;
+    try {
+      v = Json.decodeValue(value);
+    } catch (DecodeException e) {
+      return null;
+    }
+    for (String member : path) {
+      if (!(v instanceof JsonObject o)) return null;
+      v = o.getValue(member);
+    }
+    if (v instanceof String s) return s;
+    if (v instanceof Number) return v.toString();
+    return null;
   }
 
   private static Materialized<String, String, KeyValueStore<Bytes, byte[]>> store(String name) {
@@ -83,9 +117,17 @@ public final class Join {
     StreamsBuilder b = new StreamsBuilder();
     KTable<String, String> left = b.table(a.get("left"), Consumed.with(Serdes.String(), Serdes.String()));
     KTable<String, String> right = b.table(a.get("right"), Consumed.with(Serdes.String(), Serdes.String()));
-    left.join(right, Join::joined, store("inner"));
-    left.leftJoin(right, Join::joined, store("left"));
-    left.outerJoin(right, Join::joined, store("outer"));
+    if (a.containsKey("foreign_key")) {
+      String[] path = a.get("foreign_key").split("\\.");
+      Function<String, String> fk = v -> foreignKey(v, path);
+      stores = Set.of("inner", "left");
+      left.join(right, fk, Join::joined, store("inner"));
+      left.leftJoin(right, fk, Join::joined, store("left"));
+    } else {
+      left.join(right, Join::joined, store("inner"));
+      left.leftJoin(right, Join::joined, store("left"));
+      left.outerJoin(right, Join::joined, store("outer"));
+    }
     streams = new KafkaStreams(b.build(p), p);
     streams.setUncaughtExceptionHandler(e -> {
       e.printStackTrace();
@@ -106,7 +148,7 @@ public final class Join {
   }
 
   private static ReadOnlyKeyValueStore<String, String> store(String name, HttpExchange ex) throws IOException {
-    if (!STORES.contains(name)) {
+    if (!stores.contains(name)) {
       send(ex, 404, "no store " + name + "\n");
       return null;
     }
