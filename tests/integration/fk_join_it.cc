@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agg_common.h"
+#include "fault_common.h"
 #include "ingest/fk_join.h"
 #include "sse_client.h"
 
@@ -227,12 +228,14 @@ TEST_CASE("foreign-key joins equal the model on two instances; a moved store is 
 }
 
 TEST_CASE("kill -9 during the input: after restart every foreign-key join equals the model") {
+  // KSTATE_FAULT_SCALE=long: ten times the input, at least 40 kills.
+  const bool long_version = long_run();
   auto orders = unique_name("orders"), customers = unique_name("customers");
   create_topic(orders, 3);
   create_topic(customers, 2);
-  const int order_keys = 120, customer_keys = 30;
+  const int order_keys = long_version ? 1200 : 120, customer_keys = long_version ? 300 : 30;
   std::vector<produced> orec, crec;
-  make_input(51, 4000, order_keys, customer_keys, orec, crec);
+  make_input(51, long_version ? 40'000 : 4000, order_keys, customer_keys, orec, crec);
   fk_model m;
   for (const auto& r : orec) apply_record(m.orders, r);
   for (const auto& r : crec) apply_record(m.customers, r);
@@ -241,7 +244,7 @@ TEST_CASE("kill -9 during the input: after restart every foreign-key join equals
   auto dir = temp_dir("fk-crash");
   kstate_process ks(app, fk_views(orders, customers), dir + "/state", "ingest: {max_batch_records: 200}\n");
   ks.extra_args({"-X", "group.instance.id=" + app + "-0"});
-  const int chunks = 8;
+  const int chunks = long_version ? 40 : 8;
   std::atomic<int> produced_chunks{0};
   std::thread producer([&] {
     for (int c = 0; c < chunks; ++c) {
@@ -257,7 +260,8 @@ TEST_CASE("kill -9 during the input: after restart every foreign-key join equals
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> delay_ms(200, 1500);
   int kills = 0;
-  while (produced_chunks < chunks || kills < 6) {
+  const int min_kills = long_version ? 40 : 6;
+  while (produced_chunks < chunks || kills < min_kills) {
     ks.start();
     REQUIRE_MESSAGE(wait_assigned(ks, std::chrono::seconds(60)), "no assignment; see " << ks.log_path());
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
