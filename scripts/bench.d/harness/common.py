@@ -122,6 +122,21 @@ class Proc:
 ALL = []
 
 
+def kstate_proc(h, app, state, port, views):
+    """A kstate process of application `app` (exactly once, state in `state`, HTTP on
+    127.0.0.1:`port`) serving `views`, the YAML lines under `views:`."""
+    cfg = h.work / f"{app}.yaml"
+    cfg.write_text(f"""application_id: {app}
+bootstrap_servers: {h.bootstrap}
+state_dir: {state}
+processing_guarantee: exactly_once
+http:
+  listen: 127.0.0.1:{port}
+views:
+{views}""")
+    return Proc(app, [BUILD / "server" / "kstate", "--config", cfg, "--log-level", "warn"], h.work / f"{app}.log")
+
+
 def get(port, path, timeout=10):
     """(status, body bytes) or (None, b'') when the server does not answer."""
     try:

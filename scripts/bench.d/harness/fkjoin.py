@@ -16,7 +16,7 @@ import json
 import urllib.parse
 
 from . import join
-from .common import BUILD, Proc, die, get, log
+from .common import die, get, kstate_proc, log
 
 ORDERS, CUSTOMERS = "fk-orders", "fk-customers"
 FOREIGN_KEY = "customer.id"
@@ -73,16 +73,7 @@ def start_kstate(h, app, state, port):
     key_format: string
     join: {{type: {t}, right: {CUSTOMERS}, foreign_key: {FOREIGN_KEY}}}
 """ for t in TYPES)
-    cfg = h.work / f"{app}.yaml"
-    cfg.write_text(f"""application_id: {app}
-bootstrap_servers: {h.bootstrap}
-state_dir: {state}
-processing_guarantee: exactly_once
-http:
-  listen: 127.0.0.1:{port}
-views:
-{views}""")
-    return Proc(app, [BUILD / "server" / "kstate", "--config", cfg, "--log-level", "warn"], h.work / f"{app}.log")
+    return kstate_proc(h, app, state, port, views)
 
 
 def matched(status, body, unwrap):

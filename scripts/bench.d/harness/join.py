@@ -15,7 +15,7 @@ import shutil
 import time
 import urllib.parse
 
-from .common import BD, BUILD, Proc, die, free_port, get, log
+from .common import BD, Proc, die, free_port, get, kstate_proc, log
 
 LEFT, RIGHT = "join-left", "join-right"
 TYPES = ("inner", "left", "outer")
@@ -48,16 +48,7 @@ def start_kstate(h, app, state, port):
     key_format: string
     join: {{type: {t}, right: {RIGHT}}}
 """ for t in TYPES)
-    cfg = h.work / f"{app}.yaml"
-    cfg.write_text(f"""application_id: {app}
-bootstrap_servers: {h.bootstrap}
-state_dir: {state}
-processing_guarantee: exactly_once
-http:
-  listen: 127.0.0.1:{port}
-views:
-{views}""")
-    return Proc(app, [BUILD / "server" / "kstate", "--config", cfg, "--log-level", "warn"], h.work / f"{app}.log")
+    return kstate_proc(h, app, state, port, views)
 
 
 def kstate_has(port, t, key):

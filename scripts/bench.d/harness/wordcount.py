@@ -6,7 +6,7 @@ import json
 import shutil
 import time
 
-from .common import BD, BUILD, Proc, die, free_port, get, log
+from .common import BD, Proc, die, free_port, get, kstate_proc, log
 
 TOPIC = "lines"
 VOCABULARY = 20_000
@@ -37,20 +37,11 @@ def streams_counts(port):
 
 
 def start_kstate(h, app, state, port):
-    cfg = h.work / f"{app}.yaml"
-    cfg.write_text(f"""application_id: {app}
-bootstrap_servers: {h.bootstrap}
-state_dir: {state}
-processing_guarantee: exactly_once
-http:
-  listen: 127.0.0.1:{port}
-views:
-  - name: words
+    return kstate_proc(h, app, state, port, f"""  - name: words
     kind: count
     topic: {TOPIC}
     group_by: words
 """)
-    return Proc(app, [BUILD / "server" / "kstate", "--config", cfg, "--log-level", "warn"], h.work / f"{app}.log")
 
 
 def start_streams(h, app, state, port):
