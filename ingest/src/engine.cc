@@ -315,7 +315,8 @@ struct engine::impl {
       ownership.mark_joined();
       // Every batch of these partitions is written before the revocation completes: the
       // next owner resumes exactly after it, and nothing of them is written later.
-      if (flush_and_drain()) commit_positions(false);
+      (void)flush_and_drain();
+      forget_stored_positions(parts);
       resume_paused();
       std::vector<std::pair<std::string, int32_t>> given_up;
       for (int i = 0; i < parts->cnt; ++i) {
@@ -537,7 +538,7 @@ struct engine::impl {
   // callbacks.
   void periodic() {
     auto now = std::chrono::steady_clock::now();
-    if (now - last_commit >= cfg.commit_interval) commit_positions(false);
+    if (now - last_commit >= cfg.commit_interval) store_positions();
     if (now - last_progress >= std::chrono::seconds(1)) publish_progress();
     if (dead_letters) dead_letters->poll();
     if (agg) agg->poll();
@@ -696,23 +697,50 @@ struct engine::impl {
     last_progress = std::chrono::steady_clock::now();
   }
 
-  void commit_positions(bool sync) {
-    tpl_ptr list(nullptr);
-    {
-      std::lock_guard lock(applied_mu);
-      if (applied.empty()) return;
-      list.reset(rd_kafka_topic_partition_list_new(static_cast<int>(applied.size())));
-      for (const auto& [tp, next] : applied)
-        // Aggregate inputs: the committed offset is the pipeline's (it moves with the
-        // outputs), never overwritten here.
-        if (next > 0 && !(agg && agg->handles(tp.first)))
-          rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
-    }
-    if (list->cnt == 0) return;
-    auto err = rd_kafka_commit(consumer, list.get(), sync ? 0 : 1);
+  // The applied positions of the partitions whose group offsets the engine keeps:
+  // aggregate inputs are left out, their committed offset is the pipeline's (it moves
+  // with the outputs). Null when there is none.
+  tpl_ptr applied_positions() {
+    std::lock_guard lock(applied_mu);
+    if (applied.empty()) return tpl_ptr(nullptr);
+    tpl_ptr list(rd_kafka_topic_partition_list_new(static_cast<int>(applied.size())));
+    for (const auto& [tp, next] : applied)
+      if (next > 0 && !(agg && agg->handles(tp.first)))
+        rd_kafka_topic_partition_list_add(list.get(), tp.first.c_str(), tp.second)->offset = next;
+    if (list->cnt == 0) return tpl_ptr(nullptr);
+    return list;
+  }
+
+  // Hands the applied positions to librdkafka, whose auto-commit timer commits them
+  // while the group is steady (kafka_common.cc says why never during a rebalance).
+  void store_positions() {
+    last_commit = std::chrono::steady_clock::now();
+    auto list = applied_positions();
+    if (!list) return;
+    // A partition revoked meanwhile is refused: it is not this member's to commit.
+    if (auto err = rd_kafka_offsets_store(consumer, list.get()))
+      log()->debug("storing positions for the group's commits (informational): {}", rd_kafka_err2str(err));
+  }
+
+  // Commits the applied positions now and waits (the engine is stopping).
+  void commit_positions() {
+    auto list = applied_positions();
+    if (!list) return;
+    auto err = rd_kafka_commit(consumer, list.get(), 0);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
       log()->debug("committing positions to the group (informational): {}", rd_kafka_err2str(err));
-    last_commit = std::chrono::steady_clock::now();
+  }
+
+  // Partitions being revoked commit nothing: librdkafka would commit their stored
+  // offsets while the rebalance is under way, with a generation that another member's
+  // join can make stale (a lost assignment in librdkafka 2.0.2, kafka_common.cc). The
+  // next owner commits its own positions once the group is steady.
+  void forget_stored_positions(const rd_kafka_topic_partition_list_t* parts) {
+    tpl_ptr list(rd_kafka_topic_partition_list_new(parts->cnt));
+    for (int i = 0; i < parts->cnt; ++i)
+      rd_kafka_topic_partition_list_add(list.get(), parts->elems[i].topic, parts->elems[i].partition)->offset =
+          RD_KAFKA_OFFSET_INVALID;
+    (void)rd_kafka_offsets_store(consumer, list.get());
   }
 
   // What a hook returns when flush() wrote nothing: the engine failed (already
@@ -871,7 +899,7 @@ void engine::stop() {
       auto why = guarded([&i] {
         // A failure is logged inside; the written positions are committed.
         if (i.builder) (void)i.flush_and_drain();
-        i.commit_positions(true);
+        i.commit_positions();
       });
       if (why) i.set_fatal("stopping ingest: " + *why);
     }

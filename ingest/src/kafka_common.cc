@@ -1,5 +1,6 @@
 #include "kafka_common.h"
 
+#include <string>
 #include <string_view>
 
 #include "core/log.h"
@@ -94,7 +95,14 @@ client_spec engine_consumer_spec(const ingest_config& cfg) {
   s.fixed = {{"group.id", cfg.application_id},
              {"partition.assignment.strategy", "cooperative-sticky"},
              // Positions live in RocksDB with the state; group commits are informational.
-             {"enable.auto.commit", "false"},
+             // The engine stores its applied positions and librdkafka's timer commits
+             // them, which it does only while the group is steady. librdkafka 2.0.2 takes
+             // a commit refused with ILLEGAL_GENERATION (one in flight while another
+             // member's join bumps the generation) as a lost assignment: it revokes every
+             // partition and rejoins, and with commits made during each round, members
+             // kept taking partitions from one another without end.
+             {"enable.auto.commit", "true"},
+             {"auto.commit.interval.ms", std::to_string(cfg.commit_interval.count())},
              {"enable.auto.offset.store", "false"},
              {"auto.offset.reset", "earliest"},
              {"enable.partition.eof", "true"}};

@@ -373,9 +373,11 @@ kstate_process::kstate_process(std::string application_id, std::vector<view> vie
       << "bootstrap_servers: " << (where_.bootstrap.empty() ? bootstrap() : where_.bootstrap) << "\n"
       << "state_dir: " << state_dir_ << "\n"
       << "http: {listen: \"" << where_.host << ":" << port_ << "\", threads: 2}\n"
-      << "ingest: {commit_interval_ms: 200}\n"
-      << "kafka: {session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\"}\n"
-      << extra_yaml << "views:\n";
+      << "kafka: {session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\"}\n";
+  // An `ingest:` of the caller's replaces this one (a key may appear once).
+  if (extra_yaml.rfind("ingest:", 0) != 0 && extra_yaml.find("\ningest:") == std::string::npos)
+    cfg << "ingest: {commit_interval_ms: 200}\n";
+  cfg << extra_yaml << "views:\n";
   for (const auto& v : views) {
     cfg << "  - {name: " << v.name << ", topic: " << v.topic << ", value_format: " << v.value_format
         << ", key_format: " << v.key_format;

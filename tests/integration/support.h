@@ -144,7 +144,8 @@ class kstate_process {
     std::string extra;
   };
   using placement = process_placement;
-  // `extra_yaml` is appended to the generated config (top-level keys).
+  // `extra_yaml` is appended to the generated config (top-level keys); an `ingest:` map
+  // in it replaces the default one (`commit_interval_ms: 200`).
   kstate_process(std::string application_id, std::vector<view> views, std::string state_dir,
                  std::string extra_yaml = {}, placement where = {});
   ~kstate_process();
