@@ -690,10 +690,36 @@ std::vector<config_override> overrides_from_env(char** envp) {
   return out;
 }
 
+namespace {
+
+// A key given twice in one mapping: YAML leaves its meaning open and yaml-cpp reads the
+// first, so the second would be ignored without a word. Refused instead, at any depth.
+void check_unique_keys(const YAML::Node& n, const std::string& where, int depth) {
+  if (depth > 64) fail(where, "nested deeper than 64 levels");
+  if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& kv : n) {
+      if (!kv.first.IsScalar()) continue;  // not a configuration key; parse() refuses it
+      const std::string& k = kv.first.Scalar();
+      const std::string path = where.empty() ? k : where + "." + k;
+      if (!seen.insert(k).second)
+        fail(path, "given twice in one mapping (again on line " + std::to_string(kv.first.Mark().line + 1) +
+                       "); give each key once");
+      check_unique_keys(kv.second, path, depth + 1);
+    }
+  } else if (n.IsSequence()) {
+    std::size_t i = 0;
+    for (const auto& e : n) check_unique_keys(e, where + "[" + std::to_string(i++) + "]", depth + 1);
+  }
+}
+
+}  // namespace
+
 result<app_config> parse_config(const std::string& yaml_text, const std::string& source,
                                 const std::vector<config_override>& overrides) {
   try {
     YAML::Node root = YAML::Load(yaml_text);
+    check_unique_keys(root, "", 0);
     if (!overrides.empty() && (!root || root.IsNull())) root = YAML::Node(YAML::NodeType::Map);
     for (const auto& o : overrides) apply_override(root, o);
     auto cfg = parse(root);

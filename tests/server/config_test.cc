@@ -110,6 +110,11 @@ TEST_CASE("invalid configs: one clear error naming the key") {
        "kafka.auto.offset.reset: is set by kstate"},
       {"application_id: a\nbootstrap_servers: b\nunknown: 1\nviews: [{name: v, topic: t}]", "unknown: unknown key"},
       {"application_id: [a\n", "invalid YAML"},
+      {"application_id: a\nbootstrap_servers: b\ningest: {commit_interval_ms: 200}\ningest: {max_batch_records: "
+       "5}\nviews: [{name: v, topic: t}]",
+       "ingest: given twice in one mapping (again on line 4)"},
+      {"application_id: a\nbootstrap_servers: b\nviews:\n  - {name: v, topic: t, name: w}",
+       "views[0].name: given twice"},
   };
   for (const auto& r : rows) {
     INFO(std::string(r.yaml));
