@@ -194,6 +194,9 @@ std::string group_keys(const view_def& view, std::optional<std::string_view> key
   switch (view.group_by) {
     case group_by_kind::key:
       if (!key) return "null key: nothing to group by";
+      // A null value is nothing to aggregate, for a count as for a sum (as Kafka
+      // Streams' count() skips it): a tombstone on the source is not a record to count.
+      if (!value) return "null value: nothing to aggregate";
       if (auto why = check_group_key(view, *key, max_json_depth); !why.empty()) return why;
       out.emplace_back(*key);
       return {};

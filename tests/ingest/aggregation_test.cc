@@ -102,10 +102,11 @@ TEST_CASE("group_keys and aggregators refuse JSON deeper than max_json_depth ins
         "group key is nested deeper than max_json_depth (128)");
   auto by_key = make(view_kind::count);
   by_key.key_format = data_format::json;
-  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out) ==
-        "group key is nested deeper than max_json_depth (128)");
+  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::string_view("1"), 128,
+                   out) == "group key is nested deeper than max_json_depth (128)");
   by_key.key_format = data_format::string;
-  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::nullopt, 128, out)
+  CHECK(group_keys(by_key, std::string_view(std::string(129, '[') + std::string(129, ']')), std::string_view("1"), 128,
+                   out)
             .empty());
 
   // sum reads the number from the value; the depth is checked before the parse.
@@ -181,9 +182,12 @@ TEST_CASE("split_words agrees with a character-class model on random ASCII lines
 TEST_CASE("group_keys: key, json path, words; records without a group key are refused with a reason") {
   std::vector<std::string> out;
   auto v = make(view_kind::count);
-  CHECK(group_keys(v, std::string_view("k1"), std::nullopt, 128, out).empty());
+  CHECK(group_keys(v, std::string_view("k1"), std::string_view("1"), 128, out).empty());
   CHECK(out == std::vector<std::string>{"k1"});
   out.clear();
+  // A tombstone is nothing to count (Kafka Streams' count() skips it too).
+  CHECK(group_keys(v, std::string_view("k1"), std::nullopt, 128, out) == "null value: nothing to aggregate");
+  CHECK(out.empty());
   CHECK(!group_keys(v, std::nullopt, std::string_view("1"), 128, out).empty());
 
   v.group_by = group_by_kind::json;
