@@ -143,6 +143,13 @@ struct write_batch::impl {
     int64_t time;
   };
   std::vector<stream_time> stream_times;
+  // Positions of views this batch writes, in order, published by db::write.
+  struct view_position {
+    view_id view;
+    int32_t partition;
+    int64_t next_offset;
+  };
+  std::vector<view_position> positions;
   // Versions of versioned views, placed by db::write (their keys and values in arena).
   std::vector<pending_version> versions;
   std::string arena;
@@ -231,11 +238,15 @@ void write_batch::set_position(view_id view, int32_t partition, int64_t next_off
   if (!impl_->family(view, "write_batch::set_position")) return;
   auto k = encode_position_key(impl_->owner->view_names[view], partition);
   impl_->note(impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset)), "write_batch::set_position");
+  impl_->positions.push_back({view, partition, next_offset});
 }
 
 void write_batch::set_named_position(std::string_view name, int32_t partition, int64_t next_offset) {
   auto k = encode_position_key(name, partition);
   impl_->note(impl_->batch.Put(impl_->owner->meta, k, encode_offset(next_offset)), "write_batch::set_named_position");
+  // A named position may be a view's own (a companion column family opened as a view).
+  if (auto it = impl_->owner->by_name.find(name); it != impl_->owner->by_name.end())
+    impl_->positions.push_back({it->second, partition, next_offset});
   if (auto it = impl_->owner->expiry_by_position.find(name); it != impl_->owner->expiry_by_position.end())
     impl_->stream_times.push_back({it->second, partition, next_offset});
 }
@@ -247,6 +258,7 @@ size_t write_batch::byte_size() const { return impl_->batch.GetDataSize() + impl
 void write_batch::clear() {
   impl_->batch.Clear();
   impl_->stream_times.clear();
+  impl_->positions.clear();
   impl_->versions.clear();
   impl_->arena.clear();
   impl_->failed = status::ok_status();
@@ -585,6 +597,25 @@ result<std::unique_ptr<db>> db::open(const db_options& opts, const std::vector<s
     i->versioned_by_position.emplace(state->stream_time_position, state.get());
     i->versioned.emplace(i->by_name.at(name), std::move(state));
   }
+  // Every stored position of a view, published for lookups (db::get) before any reader
+  // or writer runs. Other names ("<view>#...", stream times) are not a view's.
+  i->positions = std::make_unique<position_cache>(i->views.size());
+  {
+    const std::string prefix("pos\0", 4);  // "pos" 0x00 name 0x00 partition (4 bytes)
+    std::unique_ptr<rocksdb::Iterator> it(i->rdb->NewIterator(rocksdb::ReadOptions(), i->meta));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      std::string_view k(it->key().data(), it->key().size());
+      if (k.size() < prefix.size() + 5 || k[k.size() - 5] != '\0') continue;
+      auto view = i->by_name.find(k.substr(prefix.size(), k.size() - prefix.size() - 5));
+      if (view == i->by_name.end()) continue;
+      auto part = decode_data_key(k.substr(k.size() - 4));
+      auto off = decode_offset(std::string_view(it->value().data(), it->value().size()));
+      // A malformed record stays unknown here: a lookup reads it, and says what is wrong.
+      if (!part || !off) continue;
+      if (auto* slot = i->positions->make(view->second, part->partition)) slot->position.store(*off);
+    }
+    if (auto s = from_rocks(it->status(), "reading positions"); !s.ok()) return s;
+  }
   if (!i->expiry.empty() && opts.window_expiry_interval_ms > 0)
     i->start_expiry(std::chrono::milliseconds(opts.window_expiry_interval_ms));
   if (opts.verify_files_interval_ms > 0) i->start_verify(std::chrono::milliseconds(opts.verify_files_interval_ms));
@@ -663,7 +694,20 @@ status db::write(write_batch& batch) {
       return p;
     }
   }
+  // The positions this batch moves are marked as being written for its whole write
+  // (position_cache.h), then published, or left unknown when the write failed.
+  std::vector<position_cache::slot*> slots;
+  slots.reserve(b.positions.size());
+  for (const auto& p : b.positions)
+    if (auto* slot = impl_->positions->make(p.view, p.partition)) {
+      position_cache::begin(*slot);
+      slots.push_back(slot);
+    } else {
+      slots.push_back(nullptr);
+    }
   auto s = from_rocks(impl_->rdb->Write(wo, &b.batch), "write");
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (slots[i]) position_cache::end(*slots[i], s.ok() ? b.positions[i].next_offset : position_cache::unknown);
   if (!b.versions.empty()) {
     if (!s.ok()) {
       if (auto r = b.batch.RollbackToSavePoint(); !r.ok()) return from_rocks(r, "undoing placed versions");
@@ -748,6 +792,24 @@ result<get_result> db::get(view_id view, int32_t partition, std::string_view key
   std::string data_key;
   data_key.reserve(4 + key.size());
   data_key.append(prefix.bytes, 4).append(key);
+  // The value alone, with the position published in memory, when no write moved that
+  // position while the value was read (position_cache.h).
+  if (auto t = impl_->positions->enter(view, partition)) {
+    rocksdb::PinnableSlice value;
+    auto st = impl_->rdb->Get(rocksdb::ReadOptions(), impl_->views.at(view), data_key, &value);
+    if (position_cache::still(*t)) {
+      if (!st.ok() && !st.IsNotFound()) return from_rocks(st, "get");
+      impl_->cached_position_reads.fetch_add(1, std::memory_order_relaxed);
+      get_result out;
+      if (st.ok()) {
+        const int64_t ttl = impl_->ttl_ms[view];
+        if (ttl == 0 || !value_expired(std::string_view(value.data(), value.size()), ttl, impl_->clock()))
+          out.value = value.ToString();
+      }
+      if (t->position != position_cache::absent) out.position = t->position;
+      return out;
+    }
+  }
   std::string pos_key = encode_position_key(impl_->view_names.at(view), partition);
   rocksdb::ColumnFamilyHandle* cfs[2] = {impl_->views.at(view), impl_->meta};
   rocksdb::Slice keys[2] = {rocksdb::Slice(data_key), rocksdb::Slice(pos_key)};
@@ -765,6 +827,8 @@ result<get_result> db::get(view_id view, int32_t partition, std::string_view key
   else if (!statuses[1].IsNotFound()) return from_rocks(statuses[1], "get position");
   return out;
 }
+
+uint64_t db::cached_position_reads() const { return impl_->cached_position_reads.load(std::memory_order_relaxed); }
 
 result<view_stats> db::stats(view_id view) const {
   view_stats out;

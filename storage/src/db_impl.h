@@ -24,6 +24,7 @@
 
 #include "core/status.h"
 #include "core/window.h"
+#include "position_cache.h"
 #include "storage/db.h"
 #include "versions.h"
 
@@ -96,6 +97,12 @@ result<std::vector<std::pair<std::string, int64_t>>> read_view_positions(rocksdb
 
 struct db::impl {
   std::shared_ptr<rocksdb::Statistics> statistics;
+  // Every view's stored positions, for lookups that read the value alone (db::get).
+  // Each write of a view's position goes through db::write or a partition load, which
+  // publish it here.
+  std::unique_ptr<position_cache> positions;
+  // Lookups answered with the cached position (for tests and stats).
+  mutable std::atomic<uint64_t> cached_position_reads{0};
   std::unique_ptr<rocksdb::DB> rdb;
   std::shared_ptr<rocksdb::Cache> cache;
   rocksdb::ColumnFamilyHandle* meta = nullptr;

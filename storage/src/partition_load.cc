@@ -57,6 +57,50 @@ struct load_parts {
   rocksdb::ColumnFamilyHandle* versions_cf;  // a versioned view's versions; else null
   // Column families whose partition is replaced with the view's (a join view's sides).
   std::vector<rocksdb::ColumnFamilyHandle*> companions;
+  // Where views' positions are published for lookups, and the views by name.
+  position_cache* positions;
+  const std::map<std::string, view_id, std::less<>>* views_by_name;
+};
+
+// The positions of views a load replaces, marked as being written from before the
+// partition is cleared until the copy is in (position_cache.h): published when the load
+// succeeds, left unknown (read from RocksDB) when it fails on the way.
+class position_writes {
+ public:
+  position_writes(const load_parts& owner, int32_t partition,
+                  const std::vector<std::pair<std::string, int64_t>>& replaced,
+                  const std::vector<std::pair<std::string, int64_t>>& given) {
+    auto add = [&](const std::string& name, int64_t after) {
+      auto v = owner.views_by_name->find(name);
+      if (v == owner.views_by_name->end()) return;
+      for (auto& w : writes_)
+        if (w.view == v->second) {
+          w.after = after;
+          return;
+        }
+      writes_.push_back({v->second, owner.positions->make(v->second, partition), after});
+    };
+    for (const auto& [name, offset] : replaced) add(name, position_cache::absent);
+    for (const auto& [name, offset] : given) add(name, offset);
+    for (auto& w : writes_)
+      if (w.slot) position_cache::begin(*w.slot);
+  }
+  ~position_writes() {
+    for (auto& w : writes_)
+      if (w.slot) position_cache::end(*w.slot, done_ ? w.after : position_cache::unknown);
+  }
+  position_writes(const position_writes&) = delete;
+  position_writes& operator=(const position_writes&) = delete;
+  void done() { done_ = true; }
+
+ private:
+  struct write {
+    view_id view;
+    position_cache::slot* slot;
+    int64_t after;
+  };
+  std::vector<write> writes_;
+  bool done_ = false;
 };
 
 // [begin, end) of one partition's plain keys in a view's column family. The last
@@ -228,10 +272,12 @@ class rocks_partition_loader final : public partition_loader {
     for (const auto& [name, offset] : *old)
       if (auto s = clear.Delete(owner_.meta, encode_position_key(name, partition_)); !s.ok())
         return from_rocks(s, "clearing positions");
+    position_writes published(owner_, partition_, *old, positions);
     if (auto s = owner_.rdb->Write(rocksdb::WriteOptions(), &clear); !s.ok())
       return from_rocks(s, "clearing the partition");
     // Data and positions of every column family in one atomic ingestion.
     if (auto s = owner_.rdb->IngestExternalFiles(args); !s.ok()) return from_rocks(s, "ingesting the partition");
+    published.done();
     committed_ = true;
     for (const auto& [name, offset] : positions)
       if (auto it = owner_.expiry_by_position->find(name); it != owner_.expiry_by_position->end()) {
@@ -287,7 +333,8 @@ result<std::unique_ptr<partition_loader>> db::load_partition(view_id view, int32
   rocksdb::ColumnFamilyHandle* versions_cf = v == impl_->versioned.end() ? nullptr : v->second->cf;
   auto loader = std::make_unique<rocks_partition_loader>(
       load_parts{impl_->rdb.get(), impl_->meta, impl_->views[view], impl_->view_names[view], &impl_->expiry_by_position,
-                 &impl_->versioned_by_position, versions_cf, std::move(companion_cfs)},
+                 &impl_->versioned_by_position, versions_cf, std::move(companion_cfs), impl_->positions.get(),
+                 &impl_->by_name},
       view, partition);
   if (auto s = loader->open(impl_->rdb->GetName() + "/bootstrap"); !s.ok()) return s;
   return std::unique_ptr<partition_loader>(std::move(loader));

@@ -382,6 +382,9 @@ class db {
 
   // Value and position read from one snapshot, so the position describes the value.
   result<get_result> get(view_id view, int32_t partition, std::string_view key) const;
+  // How many get() calls read the value alone and answered the position kept in memory
+  // (no write moved it meanwhile); the others read both from RocksDB. For tests.
+  uint64_t cached_position_reads() const;
 
   // A consistent read view of everything, taken now.
   std::shared_ptr<const snapshot> read_snapshot() const;
