@@ -71,8 +71,9 @@ TEST_CASE("forward batch: random requests and answers come back exactly as encod
 
 TEST_CASE("forward batch: the bytes follow the documented layout") {
   // One request with an Accept header and no Content-Type.
-  const std::string request = std::string("KSF1") + be(1, 2) + be(1, 1) + str("/v1/stores/s/keys/a%2Fb?key_format=string") +
-                              str("application/json") + str("") + str("req-7");
+  const std::string request = std::string("KSF1") + be(1, 2) + be(1, 1) +
+                              str("/v1/stores/s/keys/a%2Fb?key_format=string") + str("application/json") + str("") +
+                              str("req-7");
   auto r = decode_forward_requests(request);
   REQUIRE_MESSAGE(r.ok(), r.error().message());
   REQUIRE(r->size() == 1);
@@ -135,28 +136,31 @@ TEST_CASE("forward batch: counts, lengths and fields beyond the bounds are refus
   // A length far beyond the body, a target over the bound, a target not in origin form.
   CHECK_FALSE(decode_forward_requests(std::string("KSF1") + be(1, 2) + be(0, 1) + be(0xffffffff, 4) + "/a").ok());
   const std::string long_target = "/" + std::string(max_forward_target_bytes, 'a');
-  CHECK_FALSE(
-      decode_forward_requests(std::string("KSF1") + be(1, 2) + be(0, 1) + str(long_target) + str("") + str("") + str("id"))
-          .ok());
-  CHECK_FALSE(decode_forward_requests(std::string("KSF1") + be(1, 2) + be(0, 1) + str("a") + str("") + str("") + str(""))
+  CHECK_FALSE(decode_forward_requests(std::string("KSF1") + be(1, 2) + be(0, 1) + str(long_target) + str("") + str("") +
+                                      str("id"))
                   .ok());
+  CHECK_FALSE(
+      decode_forward_requests(std::string("KSF1") + be(1, 2) + be(0, 1) + str("a") + str("") + str("") + str("")).ok());
   // Unknown flags; a header value without its flag.
-  CHECK_FALSE(decode_forward_requests(std::string("KSF1") + be(1, 2) + be(4, 1) + str("/a") + str("") + str("") + str(""))
-                  .ok());
   CHECK_FALSE(
-      decode_forward_requests(std::string("KSF1") + be(1, 2) + be(0, 1) + str("/a") + str("x") + str("") + str("")).ok());
+      decode_forward_requests(std::string("KSF1") + be(1, 2) + be(4, 1) + str("/a") + str("") + str("") + str(""))
+          .ok());
+  CHECK_FALSE(
+      decode_forward_requests(std::string("KSF1") + be(1, 2) + be(0, 1) + str("/a") + str("x") + str("") + str(""))
+          .ok());
   // The wrong magic.
   CHECK_FALSE(decode_forward_requests(std::string("KSF2") + be(1, 2) + one).ok());
 
   // Answers: too many headers, a status out of range, an empty header name.
-  std::string headers = std::string("KSF1") + be(1, 2) + be(200, 2) + str("t") + be(max_forward_response_headers + 1, 2);
+  std::string headers =
+      std::string("KSF1") + be(1, 2) + be(200, 2) + str("t") + be(max_forward_response_headers + 1, 2);
   for (std::size_t i = 0; i <= max_forward_response_headers; ++i) headers += str("n") + str("v");
   CHECK_FALSE(decode_forward_responses(headers + str("")).ok());
-  CHECK_FALSE(decode_forward_responses(std::string("KSF1") + be(1, 2) + be(600, 2) + str("t") + be(0, 2) + str("")).ok());
   CHECK_FALSE(
-      decode_forward_responses(std::string("KSF1") + be(1, 2) + be(200, 2) + str("t") + be(1, 2) + str("") + str("v") +
-                               str(""))
-          .ok());
+      decode_forward_responses(std::string("KSF1") + be(1, 2) + be(600, 2) + str("t") + be(0, 2) + str("")).ok());
+  CHECK_FALSE(decode_forward_responses(std::string("KSF1") + be(1, 2) + be(200, 2) + str("t") + be(1, 2) + str("") +
+                                       str("v") + str(""))
+                  .ok());
 
   // What the forwarder may put in a batch.
   forward_sub_request r{"/v1/stores/s/keys/k", "application/json", std::nullopt, "id"};

@@ -21,8 +21,7 @@ constexpr auto alone_after_refusal = std::chrono::seconds(30);
 constexpr std::size_t max_batch_request_bytes = 256 * 1024;
 
 std::size_t framed_size(const forward_sub_request& r) {
-  return 17 + r.target.size() + r.accept.value_or("").size() + r.content_type.value_or("").size() +
-         r.request_id.size();
+  return 17 + r.target.size() + r.accept.value_or("").size() + r.content_type.value_or("").size() + r.request_id.size();
 }
 
 }  // namespace
@@ -171,8 +170,8 @@ bool sane_request_id(std::string_view id) {
 outcome internal_forwards(const state& st, const call& c) {
   const auto& req = c.r();
   if (req.header("content-type").value_or("") != forwards_media_type)
-    return problem(failure_reason::unsupported_media, "a batch of forwarded requests is " +
-                                                          std::string(forwards_media_type), c.path());
+    return problem(failure_reason::unsupported_media,
+                   "a batch of forwarded requests is " + std::string(forwards_media_type), c.path());
   auto decoded = decode_forward_requests(req.body);
   if (!decoded.ok()) return problem(failure_reason::bad_body, decoded.error().message(), c.path());
   batch_plan plan;
