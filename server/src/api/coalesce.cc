@@ -60,22 +60,40 @@ void forward_coalescer::send_alone(const std::string& endpoint, std::shared_ptr<
 
 void forward_coalescer::ended(const std::string& endpoint) {
   jobs next;
+  bool each_alone = false;
   {
     std::lock_guard lock(mu_);
     auto& e = endpoints_[endpoint];
     --e.in_flight;
-    if (e.waiting.empty() || e.in_flight >= cfg_.max_in_flight) return;
-    std::size_t bytes = 0;
-    while (!e.waiting.empty() && next.size() < cfg_.max_requests) {
-      bytes += framed_size(e.waiting.front()->request);
-      if (!next.empty() && bytes > max_batch_request_bytes) break;
-      next.push_back(std::move(e.waiting.front()));
-      e.waiting.pop_front();
+    if (e.waiting.empty()) return;
+    if (e.alone_until > clock_type::now()) {
+      // The owner takes no batches: what waits goes now, each request alone.
+      each_alone = true;
+      next.assign(std::make_move_iterator(e.waiting.begin()), std::make_move_iterator(e.waiting.end()));
+      e.waiting.clear();
+    } else {
+      if (e.in_flight >= cfg_.max_in_flight) return;
+      std::size_t bytes = 0;
+      while (!e.waiting.empty() && next.size() < cfg_.max_requests) {
+        bytes += framed_size(e.waiting.front()->request);
+        if (!next.empty() && bytes > max_batch_request_bytes) break;
+        next.push_back(std::move(e.waiting.front()));
+        e.waiting.pop_front();
+      }
+      ++e.in_flight;
     }
-    ++e.in_flight;
+  }
+  if (each_alone) {
+    for (auto& j : next) send_alone(endpoint, std::move(j), false);
+    return;
   }
   if (next.size() == 1) return send_alone(endpoint, std::move(next.front()), true);
   send_batch(endpoint, std::move(next));
+}
+
+void forward_coalescer::refused(const std::string& endpoint) {
+  std::lock_guard lock(mu_);
+  endpoints_[endpoint].alone_until = clock_type::now() + alone_after_refusal;
 }
 
 void forward_coalescer::send_batch(const std::string& endpoint, jobs batch) {
@@ -100,6 +118,10 @@ void forward_coalescer::send_batch(const std::string& endpoint, jobs batch) {
   auto self = shared_from_this();
   st_.ctx.peers->send(endpoint, std::move(pr),
                       [self, endpoint, batch = std::move(batch)](result<http::response> r) mutable {
+                        // Known before the next exchange starts, so that it does not
+                        // carry a batch the owner refuses too.
+                        if (r.ok() && (r->status != 200 || r->content_type != forwards_media_type))
+                          self->refused(endpoint);
                         self->ended(endpoint);
                         self->batch_answered(endpoint, batch, std::move(r));
                       });
@@ -124,10 +146,7 @@ void forward_coalescer::batch_answered(const std::string& endpoint, jobs& batch,
     server_log()->debug("{} answered a batch of {} forwarded requests with {} {}: sending them alone", endpoint,
                         batch.size(), r->status, r->content_type);
     count_batch("refused", batch.size());
-    {
-      std::lock_guard lock(mu_);
-      endpoints_[endpoint].alone_until = clock_type::now() + alone_after_refusal;
-    }
+    refused(endpoint);
     for (auto& j : batch) send_alone(endpoint, std::move(j), false);
     return;
   }

@@ -74,6 +74,8 @@ class forward_coalescer : public std::enable_shared_from_this<forward_coalescer>
   void batch_answered(const std::string& endpoint, jobs& batch, result<http::response> r);
   // A counted exchange to `endpoint` ended: the next one starts with what waits.
   void ended(const std::string& endpoint);
+  // `endpoint` refused a batch: requests to it go alone for a while.
+  void refused(const std::string& endpoint);
   void count_batch(const char* result, std::size_t requests) const;
 
   const state& st_;
