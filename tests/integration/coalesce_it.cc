@@ -130,15 +130,15 @@ TEST_CASE("coalesced forwards: every answer equals the owner's own; a gone owner
     REQUIRE_MESSAGE(via_a[i], targets[i]);
     CHECK_MESSAGE(seen_of(*via_a[i]) == direct[i], targets[i] << ": " << via_a[i]->status << " " << via_a[i]->body);
     CHECK(via_a[i]->headers.count("x-kstate-forwarded-to") == 1);
-    if (via_a[i]->headers.count("x-kstate-forwarded-to")) CHECK(via_a[i]->headers.at("x-kstate-forwarded-to") == b.endpoint());
+    if (via_a[i]->headers.count("x-kstate-forwarded-to"))
+      CHECK(via_a[i]->headers.at("x-kstate-forwarded-to") == b.endpoint());
     equal += seen_of(*via_a[i]) == direct[i];
   }
   const double batches = metric_with(a.port(), "kstate_http_forwarded_batches_total", "result=\"ok\"") - batches_before;
   const double batched = metric_with(a.port(), "kstate_http_forwarded_batched_requests_total") - batched_before;
   const double forwarded =
       metric_with(a.port(), "kstate_http_forwarded_requests_total", "kind=\"forward\"") - forwarded_before;
-  MESSAGE(equal << " of " << targets.size() << " equal; " << batched << " requests rode in " << batches
-                << " batches");
+  MESSAGE(equal << " of " << targets.size() << " equal; " << batched << " requests rode in " << batches << " batches");
   // Coalescing happened, and each request still counts once as forwarded.
   CHECK(batches >= 1);
   CHECK(batched > batches);
