@@ -20,6 +20,13 @@ constexpr auto alone_after_refusal = std::chrono::seconds(30);
 // requests beyond it wait for the next exchange.
 constexpr std::size_t max_batch_request_bytes = 256 * 1024;
 
+// An owner of an earlier version, without the batch route: it answers 404 or 405, or
+// something that is not a batch's answer. Other refusals (401, 413, 503) concern this
+// batch only.
+bool lacks_batch_route(const http::response& r) {
+  return r.status == 404 || r.status == 405 || (r.status == 200 && r.content_type != forwards_media_type);
+}
+
 std::size_t framed_size(const forward_sub_request& r) {
   return 17 + r.target.size() + r.accept.value_or("").size() + r.content_type.value_or("").size() + r.request_id.size();
 }
@@ -110,6 +117,11 @@ void forward_coalescer::send_batch(const std::string& endpoint, jobs batch) {
   pr.body = encode_forward_requests(requests);
   pr.deadline = deadline;
   const auto signer = st_.signer();  // set before anything was forwarded; never unset
+  if (!signer) {
+    ended(endpoint);
+    for (auto& j : batch) j->answered(status::unavailable("the group's secret is not known"));
+    return;
+  }
   pr.headers = {{hop_header, "1"},
                 {"X-Request-Id", batch.front()->request.request_id},
                 {"Content-Type", std::string(forwards_media_type)},
@@ -120,8 +132,7 @@ void forward_coalescer::send_batch(const std::string& endpoint, jobs batch) {
                       [self, endpoint, batch = std::move(batch)](result<http::response> r) mutable {
                         // Known before the next exchange starts, so that it does not
                         // carry a batch the owner refuses too.
-                        if (r.ok() && (r->status != 200 || r->content_type != forwards_media_type))
-                          self->refused(endpoint);
+                        if (r.ok() && lacks_batch_route(*r)) self->refused(endpoint);
                         self->ended(endpoint);
                         self->batch_answered(endpoint, batch, std::move(r));
                       });
@@ -141,12 +152,11 @@ void forward_coalescer::batch_answered(const std::string& endpoint, jobs& batch,
       answers = std::move(*decoded);
   }
   if (!answers) {
-    // The owner does not take batches (an older version: 404 or 405), or refused this
-    // one: each request goes alone, as it would have without coalescing.
+    // The owner does not take batches (an older version), or refused this one: each
+    // request goes alone, as it would have without coalescing.
     server_log()->debug("{} answered a batch of {} forwarded requests with {} {}: sending them alone", endpoint,
                         batch.size(), r->status, r->content_type);
     count_batch("refused", batch.size());
-    refused(endpoint);
     for (auto& j : batch) send_alone(endpoint, std::move(j), false);
     return;
   }
