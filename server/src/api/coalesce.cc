@@ -215,7 +215,8 @@ outcome internal_forwards(const state& st, const call& c) {
       return problem(failure_reason::bad_body, "a request of the batch has a bad target: " + s.message(), c.path());
     if (sub.accept) one->headers.emplace_back("accept", std::move(*sub.accept));
     if (sub.content_type) one->headers.emplace_back("content-type", std::move(*sub.content_type));
-    one->request_id = sane_request_id(sub.request_id) ? std::move(sub.request_id) : req.request_id;
+    if (sane_request_id(sub.request_id)) one->request_id = std::move(sub.request_id);
+    else one->request_id = req.request_id;
     one->headers.emplace_back("x-request-id", one->request_id);
     plan.requests.push_back(std::move(one));
   }
