@@ -289,6 +289,7 @@ status app::start() {
     return status::invalid_argument("http.tls: instances could not forward to each other: " + i.peers->tls_error());
   ctx.membership = &i.membership;
   ctx.peers = i.peers.get();
+  ctx.peer_batch = i.cfg.peer_batch;
   ctx.secret = i.secret;
   ctx.group = i.cfg.application_id;
   ctx.standby_replicas = i.cfg.standby_replicas;

@@ -370,7 +370,8 @@ app_config parse(const YAML::Node& root) {
   if (auto h = root["http"]) {
     check_keys(h, "http",
                {"listen", "threads", "max_connections", "max_header_bytes", "max_body_bytes", "max_target_bytes",
-                "read_timeout_ms", "shutdown_grace_ms", "ui_dir", "drain_delay_ms", "peer_connections", "tls", "cors"});
+                "read_timeout_ms", "shutdown_grace_ms", "ui_dir", "drain_delay_ms", "peer_connections", "peer_batch",
+                "tls", "cors"});
     if (auto t = h["tls"]) parse_tls(t, c);
     if (auto o = h["cors"]) parse_cors(o, c.cors);
     if (h["drain_delay_ms"])
@@ -378,6 +379,13 @@ app_config parse(const YAML::Node& root) {
           std::chrono::milliseconds(get_number<int64_t>(h["drain_delay_ms"], "http.drain_delay_ms", 0, 600'000));
     if (h["peer_connections"])
       c.peer_connections = get_number<std::size_t>(h["peer_connections"], "http.peer_connections", 1, 4096);
+    if (auto b = h["peer_batch"]) {
+      check_keys(b, "http.peer_batch", {"max_in_flight", "max_requests"});
+      if (b["max_in_flight"])
+        c.peer_batch.max_in_flight = get_number<uint32_t>(b["max_in_flight"], "http.peer_batch.max_in_flight", 0, 1024);
+      if (b["max_requests"])
+        c.peer_batch.max_requests = get_number<uint32_t>(b["max_requests"], "http.peer_batch.max_requests", 1, 1024);
+    }
     if (h["ui_dir"]) c.ui_dir = get_string(h["ui_dir"], "http.ui_dir");
     if (h["listen"]) parse_listen(get_string(h["listen"], "http.listen"), c.http);
     if (h["threads"]) c.http.threads = get_number<int>(h["threads"], "http.threads", 1, 256);

@@ -40,7 +40,9 @@ std::string render_config(const app_config& c) {
     << "read_timeout_ms" << YAML::Value << c.http.read_timeout.count() << YAML::Key << "shutdown_grace_ms"
     << YAML::Value << c.http.shutdown_grace.count() << YAML::Key << "ui_dir" << YAML::Value << c.ui_dir << YAML::Key
     << "drain_delay_ms" << YAML::Value << c.drain_delay.count() << YAML::Key << "peer_connections" << YAML::Value
-    << c.peer_connections;
+    << c.peer_connections << YAML::Key << "peer_batch" << YAML::Value << YAML::BeginMap << YAML::Key << "max_in_flight"
+    << YAML::Value << c.peer_batch.max_in_flight << YAML::Key << "max_requests" << YAML::Value
+    << c.peer_batch.max_requests << YAML::EndMap;
   if (c.http.tls.enabled()) {
     e << YAML::Key << "tls" << YAML::Value << YAML::BeginMap << YAML::Key << "cert_file" << YAML::Value
       << c.http.tls.cert_file << YAML::Key << "key_file" << YAML::Value << c.http.tls.key_file;

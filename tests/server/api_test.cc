@@ -938,6 +938,61 @@ TEST_CASE("two instances: min_position on another instance's partition is waited
   CHECK(batch.body_json()["data"][0]["value"]["n"] == 2);
 }
 
+TEST_CASE("coalesced forwards: answers equal the owner's own, whether the owner takes batches or not") {
+  for (const bool owner_takes_batches : {true, false}) {
+    CAPTURE(owner_takes_batches);
+    pair_of_nodes pn;
+    // One exchange at a time to b: concurrent lookups beyond it ride in batches.
+    pn.a.ctx.peer_batch.max_in_flight = 1;
+    pn.a.build();
+    // b as it is, or as an earlier version without the batch route (404), counting the
+    // batches it is sent.
+    std::atomic<int> batches{0};
+    auto real = pn.b.handler;
+    pn.b.handler = [&, real](const http::request& r, http::responder reply) {
+      if (r.path == "/v1/internal/forwards") {
+        ++batches;
+        if (!owner_takes_batches) {
+          http::response gone;
+          gone.status = 404;
+          gone.content_type = "application/problem+json";
+          gone.body = R"({"title":"no route"})";
+          return reply(std::move(gone));
+        }
+      }
+      real(r, std::move(reply));
+    };
+    // Keys b holds, found and missing, and a key with bytes that travel encoded.
+    std::vector<std::string> targets;
+    for (int i = 0; i < 300; ++i) {
+      const auto k = i < 200 ? key_text(i % 100) : "gone/" + std::to_string(i);
+      if (partition_of(k) >= 2) targets.push_back("/v1/stores/s/keys/" + http::percent_encode(k));
+    }
+    REQUIRE(targets.size() > 50);
+    std::vector<answer> via_a(targets.size());
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 16; ++t)
+      clients.emplace_back([&] {
+        for (size_t i = next++; i < targets.size(); i = next++) via_a[i] = pn.a.get(targets[i]);
+      });
+    for (auto& t : clients) t.join();
+    for (size_t i = 0; i < targets.size(); ++i) {
+      CAPTURE(targets[i]);
+      auto own = pn.b.get(targets[i]);
+      CHECK(own.header("X-Kstate-Forwarded-To") == std::nullopt);
+      CHECK(via_a[i].status == own.status);
+      CHECK(via_a[i].content_type == own.content_type);
+      CHECK(via_a[i].body == own.body);
+      CHECK(via_a[i].header("X-Kstate-Position") == own.header("X-Kstate-Position"));
+      CHECK(via_a[i].header("X-Kstate-Forwarded-To") == pn.b.ctx.instance);
+    }
+    // Batches were sent; refused, the first one made a send every request alone.
+    if (owner_takes_batches) CHECK(batches > 0);
+    else CHECK(batches == 1);
+  }
+}
+
 TEST_CASE("forwarding: only this API's headers come back from the owner") {
   // The owner of every partition here is a server that answers with headers of its own.
   node a({0, 1});

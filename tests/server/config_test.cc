@@ -24,6 +24,8 @@ TEST_CASE("a minimal config gets the documented defaults") {
   CHECK(c->rocksdb.path == "./kstate-state");
   CHECK(c->http.port == 8080);
   CHECK(c->peer_connections == 64);
+  CHECK(c->peer_batch.max_in_flight == 2);
+  CHECK(c->peer_batch.max_requests == 64);
   REQUIRE(c->views.size() == 1);
   CHECK(c->views[0].kind == view_kind::table);
   CHECK(c->views[0].key_format == data_format::string);
@@ -37,7 +39,7 @@ application_id: app-1
 bootstrap_servers: a:1,b:2
 state_dir: /tmp/x
 http: {listen: "0.0.0.0:9000", threads: 4, max_header_bytes: 4096, max_body_bytes: 10, read_timeout_ms: 500,
-       peer_connections: 200}
+       peer_connections: 200, peer_batch: {max_in_flight: 0, max_requests: 300}}
 ingest: {max_batch_records: 7, max_batch_delay_ms: 3, commit_interval_ms: 20}
 rocksdb: {block_cache_mb: 32, compression: zstd, window_expiry_interval_ms: 60000, verify_files_interval_ms: 5000}
 kafka: {security.protocol: SASL_SSL, sasl.password: hunter2}
@@ -50,6 +52,8 @@ views:
   CHECK(c->http.threads == 4);
   CHECK(c->http.read_timeout.count() == 500);
   CHECK(c->peer_connections == 200);
+  CHECK(c->peer_batch.max_in_flight == 0);
+  CHECK(c->peer_batch.max_requests == 300);
   CHECK(c->ingest.max_batch_records == 7);
   CHECK(c->rocksdb.block_cache_bytes == 32ull << 20);
   CHECK(c->rocksdb.path == "/tmp/x");
@@ -66,6 +70,8 @@ views:
   REQUIRE(again.ok());
   CHECK(again->views[0].partitioner == "fnv1a");
   CHECK(again->peer_connections == 200);
+  CHECK(again->peer_batch.max_in_flight == 0);
+  CHECK(again->peer_batch.max_requests == 300);
 }
 
 TEST_CASE("invalid configs: one clear error naming the key") {
@@ -100,6 +106,13 @@ TEST_CASE("invalid configs: one clear error naming the key") {
        "http.threads: must be between 1 and 256"},
       {"application_id: a\nbootstrap_servers: b\nhttp: {peer_connections: 0}\nviews: [{name: v, topic: t}]",
        "http.peer_connections: must be between 1 and 4096"},
+      {"application_id: a\nbootstrap_servers: b\nhttp: {peer_batch: {max_requests: 0}}\nviews: [{name: v, topic: t}]",
+       "http.peer_batch.max_requests: must be between 1 and 1024"},
+      {"application_id: a\nbootstrap_servers: b\nhttp: {peer_batch: {max_in_flight: 1025}}\nviews: [{name: v, topic: "
+       "t}]",
+       "http.peer_batch.max_in_flight: must be between 0 and 1024"},
+      {"application_id: a\nbootstrap_servers: b\nhttp: {peer_batch: {size: 3}}\nviews: [{name: v, topic: t}]",
+       "http.peer_batch.size: unknown key"},
       {"application_id: a\nbootstrap_servers: b\nhttp: {threads: many}\nviews: [{name: v, topic: t}]",
        "http.threads: must be a number"},
       {"application_id: a\nbootstrap_servers: b\nrocksdb: {compression: gzip}\nviews: [{name: v, topic: t}]",

@@ -78,6 +78,20 @@ struct api_config {
   std::chrono::milliseconds feed_heartbeat{5'000};
 };
 
+// Coalescing of forwarded requests to one owner (the `http.peer_batch` section,
+// docs/cluster.md#forwarding). While fewer than `max_in_flight` exchanges to an owner
+// are under way, a forwarded GET goes at once on its own; beyond that it waits, and
+// when an exchange ends the waiting requests go together, at most `max_requests` in
+// one internal request, each answer passed on exactly as if it had gone alone.
+struct peer_batch_config {
+  // Exchanges of forwarded requests under way to one owner before further ones wait to
+  // go together. 0: every forwarded request goes alone at once (no coalescing).
+  // Default 2.
+  uint32_t max_in_flight = 2;
+  // Most requests in one batch (1 to 1,024). Default 64.
+  uint32_t max_requests = 64;
+};
+
 // The secret every instance of the group shares (at least 16 bytes), which signs the
 // requests instances send each other (server/src/api/peer_auth.h). Set once, when it is
 // known (read from a file, or from Kafka once the instance reaches it); until then
@@ -107,6 +121,8 @@ struct api_context {
   // How long a request to another instance may take (plus the min_position wait it
   // carries).
   std::chrono::milliseconds forward_timeout{5'000};
+  // How forwarded requests to one owner are coalesced.
+  peer_batch_config peer_batch;
   std::string group;         // consumer group id (application_id)
   int standby_replicas = 0;  // standby copies per partition (to name them in answers)
   // High watermark of a partition as this instance last saw it (for the lag of stale

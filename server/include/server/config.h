@@ -64,6 +64,8 @@ struct app_config {
   // and parts (http.peer_connections). Below the number of requests forwarded at once,
   // connections would be opened and closed at the rate of requests.
   std::size_t peer_connections = 64;
+  // How forwarded requests to one owner ride together (http.peer_batch).
+  peer_batch_config peer_batch;
   bootstrap_config bootstrap;
 
   // Directory of the built dashboard (web/dist), served at /ui/. Empty: no dashboard.

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "api/coalesce.h"
 #include "api/fanout.h"
 #include "api/params.h"
 #include "api/render.h"
@@ -36,7 +37,18 @@ state::state(api_context c) : ctx(std::move(c)) {
                                "Requests sent to other instances (kind forward: a key's owner; part: an owner's "
                                "part of a range, batch, count or cluster view), by result")
                            .Register(*ctx.metrics);
+    m_forward_batches = &prometheus::BuildCounter()
+                             .Name("kstate_http_forwarded_batches_total")
+                             .Help(
+                                 "Batches of forwarded requests sent to a key's owner, by result (ok; refused: the "
+                                 "owner took no batch and its requests went alone; error: no answer)")
+                             .Register(*ctx.metrics);
+    m_forward_batched = &prometheus::BuildCounter()
+                             .Name("kstate_http_forwarded_batched_requests_total")
+                             .Help("Forwarded requests sent in batches, by the batch's result")
+                             .Register(*ctx.metrics);
   }
+  if (ctx.peer_batch.max_in_flight > 0) coalescer = std::make_shared<forward_coalescer>(*this, ctx.peer_batch);
 }
 
 state::~state() { feeds->wait_all(); }
@@ -102,7 +114,9 @@ class dispatcher : public std::enable_shared_from_this<dispatcher> {
  public:
   explicit dispatcher(api_context ctx) : st_(std::make_shared<state>(std::move(ctx))) {}
 
-  void handle(const http::request& req, http::responder reply);
+  // `verified_peer`: a request of a batch another instance sent (internal_forwards),
+  // whose signature was checked on the batch.
+  void handle(const http::request& req, http::responder reply, bool verified_peer = false);
   // Gives the state a handle on this dispatcher (state::self), weak: the state must
   // not keep its own dispatcher alive.
   void bind_self() {
@@ -116,6 +130,7 @@ class dispatcher : public std::enable_shared_from_this<dispatcher> {
   void run(const call& c, outcome o, const finish_fn& finish);
   void run_local(const call& c, local_plan plan, const finish_fn& finish);
   void run_gather(const call& c, gather_plan plan, const finish_fn& finish);
+  void run_batch(batch_plan plan, const finish_fn& finish);
   // Runs `work` on a worker thread, or answers 503 busy when the queue is full.
   void offload(const call& c, std::function<http::response()> work, const finish_fn& finish);
   // The answer when a min_position wait ended without reaching its bound.
@@ -124,7 +139,7 @@ class dispatcher : public std::enable_shared_from_this<dispatcher> {
   std::shared_ptr<state> st_;
 };
 
-void dispatcher::handle(const http::request& req, http::responder reply) {
+void dispatcher::handle(const http::request& req, http::responder reply, bool verified_peer) {
   const auto start = clock_type::now();
   const state& st = *st_;
   // The dashboard's static files are not API routes (and not in the OpenAPI spec).
@@ -159,7 +174,9 @@ void dispatcher::handle(const http::request& req, http::responder reply) {
   // The internal dialect (DESIGN.md invariant 10): a request marked as a hop must be a
   // verified peer's; anything else claiming to be one is refused, never served as a
   // client's request (which could be forwarded back and forth).
-  if (req.header(hop_header)) {
+  if (verified_peer) {
+    c.from_peer = true;
+  } else if (req.header(hop_header)) {
     auto signer = st.signer();
     if (!signer)
       return finish(problem(failure_reason::not_caught_up,
@@ -210,6 +227,8 @@ void dispatcher::run(const call& c, outcome o, const finish_fn& finish) {
           forward(*st_, c, std::forward<decltype(plan)>(plan), finish);
         } else if constexpr (std::is_same_v<T, local_plan>) {
           run_local(c, std::forward<decltype(plan)>(plan), finish);
+        } else if constexpr (std::is_same_v<T, batch_plan>) {
+          run_batch(std::forward<decltype(plan)>(plan), finish);
         } else {
           run_gather(c, std::forward<decltype(plan)>(plan), finish);
         }
@@ -327,6 +346,38 @@ void dispatcher::run_gather(const call& c, gather_plan plan, const finish_fn& fi
   if (!parked)
     arrived(0, problem(failure_reason::too_many_waits, "too many requests are waiting for min_position; retry shortly",
                        c.path()));
+}
+
+// The answers of one batch as they arrive; the last one completes it.
+struct batch_state {
+  std::mutex mu;
+  std::size_t pending = 0;
+  std::vector<http::response> answers;
+  std::function<http::response(std::vector<http::response>)> answer;
+  finish_fn finish;
+};
+
+void dispatcher::run_batch(batch_plan plan, const finish_fn& finish) {
+  auto b = std::make_shared<batch_state>();
+  b->pending = plan.requests.size();
+  b->answers.resize(plan.requests.size());
+  b->answer = std::move(plan.answer);
+  b->finish = finish;
+  if (b->pending == 0) return finish(b->answer({}));
+  // Each request goes through the whole front door (route, parameters, handler) as a
+  // verified peer's; its answer may come inline, from a worker or from the waiter.
+  for (std::size_t i = 0; i < plan.requests.size(); ++i)
+    handle(
+        *plan.requests[i],
+        [b, i](http::response r) {
+          {
+            std::lock_guard lock(b->mu);
+            b->answers[i] = std::move(r);
+            if (--b->pending > 0) return;
+          }
+          b->finish(b->answer(std::move(b->answers)));
+        },
+        true);
 }
 
 }  // namespace

@@ -3,25 +3,13 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 
+#include "api/coalesce.h"
 #include "api/render.h"
 #include "http/client.h"
 #include "server/problem.h"
 
 namespace kstate::server::api {
 namespace {
-
-// Response headers an answer of this API carries that a forwarded answer keeps. The
-// owner's other headers (Set-Cookie from something in between, CORS headers made for
-// another origin, Server, Date) are not ours to pass on; X-Request-Id and framing
-// headers are the serving instance's own.
-bool kept_from_owner(const std::string& name) {
-  static const char* const kept[] = {"x-kstate-position", "x-kstate-stale", "retry-after", "link", "www-authenticate"};
-  std::string lower(name);
-  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (const char* k : kept)
-    if (lower == k) return true;
-  return false;
-}
 
 // A peer's answer as this instance passes it on: status, type and body, and only the
 // headers kstate's own answers carry.
@@ -40,6 +28,18 @@ void count_peer_request(const state& st, const char* kind, bool ok) {
 }
 
 }  // namespace
+
+// The owner's other headers (Set-Cookie from something in between, CORS headers made
+// for another origin, Server, Date) are not ours to pass on; X-Request-Id and framing
+// headers are the serving instance's own.
+bool kept_from_owner(const std::string& name) {
+  static const char* const kept[] = {"x-kstate-position", "x-kstate-stale", "retry-after", "link", "www-authenticate"};
+  std::string lower(name);
+  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* k : kept)
+    if (lower == k) return true;
+  return false;
+}
 
 http::client_request peer_request(const state& st, const call& c, std::string method, std::string target,
                                   std::string body, std::chrono::milliseconds wait) {
@@ -80,34 +80,64 @@ void forward(const state& st, const call& c, forward_plan plan, std::function<vo
   const auto& req = c.r();
   std::chrono::milliseconds wait{0};
   if (c.min_position) wait = std::chrono::duration_cast<std::chrono::milliseconds>(c.wait_deadline - clock_type::now());
-  auto pr = peer_request(st, c, req.method, req.target, req.body, std::max(wait, std::chrono::milliseconds(0)));
-  for (const char* h : {"accept", "content-type", "x-kstate-min-position"})
-    if (auto v = req.header(h)) pr.headers.emplace_back(h, *v);
+  // The request as the owner gets it when it goes alone: signed, with its deadline.
+  auto alone = [s = &st, c, wait = std::max(wait, std::chrono::milliseconds(0))] {
+    const auto& req = c.r();
+    auto pr = peer_request(*s, c, req.method, req.target, req.body, wait);
+    for (const char* h : {"accept", "content-type", "x-kstate-min-position"})
+      if (auto v = req.header(h)) pr.headers.emplace_back(h, *v);
+    return pr;
+  };
+  // A plain read (no body, no min_position wait) may ride in a batch with other
+  // requests to the same owner (coalesce.h); it is then signed only if it goes alone.
+  std::shared_ptr<forward_job> job;
+  if (st.coalescer && req.method == "GET" && req.body.empty() && !c.min_position &&
+      !req.header("x-kstate-min-position")) {
+    job = std::make_shared<forward_job>();
+    job->request = {req.target, req.header("accept"), req.header("content-type"), req.request_id};
+    if (!fits_forward_batch(job->request)) job.reset();
+  }
+  std::optional<http::client_request> signed_request;
+  std::function<http::client_request()> for_copies;
+  if (job) {
+    const auto deadline = clock_type::now() + st.ctx.forward_timeout;
+    job->deadline = deadline;
+    job->alone = [alone, deadline] {
+      auto pr = alone();
+      pr.deadline = deadline;
+      return pr;
+    };
+    for_copies = job->alone;
+  } else {
+    signed_request = alone();
+    // The same request (signed, with the same deadline) for the instances keeping copies.
+    if (!plan.copies.empty()) for_copies = [pr = *signed_request] { return pr; };
+  }
   const state* s = &st;
-  // The same request (signed, with the same deadline) for the instances keeping copies.
-  std::optional<http::client_request> to_copies;
-  if (!plan.copies.empty()) to_copies = pr;
-  st.ctx.peers->send(plan.owner, std::move(pr),
-                     [s, owner = plan.owner, path = req.path, stale = std::move(plan.stale),
-                      copies = std::make_shared<const std::vector<std::string>>(std::move(plan.copies)),
-                      to_copies = std::move(to_copies), finish = std::move(finish)](result<http::response> r) mutable {
-                       count_peer_request(*s, "forward", r.ok());
-                       if (r.ok() && r->status != 503) {
-                         return finish(from_owner(std::move(*r)).with_header("X-Kstate-Forwarded-To", owner));
-                       }
-                       if (stale)
-                         if (auto answer = stale()) return finish(std::move(*answer));
-                       // The owner's 503 (catching up, rebalancing: retry later, as it says), or 503
-                       // not_owner when it did not answer.
-                       http::response refusal =
-                           r.ok() ? from_owner(std::move(*r))
-                                  : problem(failure_reason::not_owner,
-                                            "the owner at " + owner + " did not answer: " + r.error().message(), path);
-                       if (to_copies)
-                         return ask_copies(s, std::move(*to_copies), std::move(copies), 0, std::move(refusal),
-                                           std::move(finish));
-                       finish(std::move(refusal));
-                     });
+  auto answered = [s, owner = plan.owner, path = req.path, stale = std::move(plan.stale),
+                   copies = std::make_shared<const std::vector<std::string>>(std::move(plan.copies)),
+                   for_copies = std::move(for_copies), finish = std::move(finish)](result<http::response> r) mutable {
+    count_peer_request(*s, "forward", r.ok());
+    if (r.ok() && r->status != 503) {
+      return finish(from_owner(std::move(*r)).with_header("X-Kstate-Forwarded-To", owner));
+    }
+    if (stale)
+      if (auto answer = stale()) return finish(std::move(*answer));
+    // The owner's 503 (catching up, rebalancing: retry later, as it says), or 503
+    // not_owner when it did not answer.
+    http::response refusal = r.ok()
+                                 ? from_owner(std::move(*r))
+                                 : problem(failure_reason::not_owner,
+                                           "the owner at " + owner + " did not answer: " + r.error().message(), path);
+    if (!copies->empty())
+      return ask_copies(s, for_copies(), std::move(copies), 0, std::move(refusal), std::move(finish));
+    finish(std::move(refusal));
+  };
+  if (job) {
+    job->answered = std::move(answered);
+    return st.coalescer->submit(plan.owner, std::move(job));
+  }
+  st.ctx.peers->send(plan.owner, std::move(*signed_request), std::move(answered));
 }
 
 namespace {

@@ -17,6 +17,10 @@ namespace kstate::server::api {
 // The header that marks a request as sent by another instance.
 inline constexpr const char* hop_header = "X-Kstate-Hop";
 
+// Response headers an answer of this API carries that a forwarded answer keeps (the
+// owner's other headers are not ours to pass on); names compared case-insensitively.
+bool kept_from_owner(const std::string& name);
+
 // A signed request to another instance on behalf of `c`. `wait`: how long the peer may
 // wait for a min_position the request carries (added to the forwarding deadline).
 http::client_request peer_request(const state& st, const call& c, std::string method, std::string target,

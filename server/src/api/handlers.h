@@ -33,4 +33,7 @@ outcome changes(const state&, const call&);
 outcome snapshot_get(const state&, const call&);
 outcome snapshot_open(const state&, const call&);
 
+// coalesce.cc: a batch of forwarded requests from another instance (internal route)
+outcome internal_forwards(const state&, const call&);
+
 }  // namespace kstate::server::api

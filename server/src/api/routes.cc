@@ -82,6 +82,7 @@ const std::vector<route>& routes() {
        false,
        &snapshot_open,
        access::peer},
+      {"POST", {"v1", "internal", "forwards"}, {}, {}, false, &internal_forwards, access::peer},
   };
   return r;
 }

@@ -43,6 +43,7 @@ namespace kstate::server::api {
 using clock_type = std::chrono::steady_clock;
 
 struct route;
+class forward_coalescer;
 
 // The threads of open change subscriptions (changes.cc): counted against
 // query.max_subscriptions, and waited for when the API is destroyed.
@@ -85,6 +86,12 @@ struct state : std::enable_shared_from_this<state> {
   http::async_handler self;
   prometheus::Family<prometheus::Histogram>* m_duration = nullptr;
   prometheus::Family<prometheus::Counter>* m_peer_requests = nullptr;
+  // Batches of forwarded requests sent, and the requests they carried, by result.
+  prometheus::Family<prometheus::Counter>* m_forward_batches = nullptr;
+  prometheus::Family<prometheus::Counter>* m_forward_batched = nullptr;
+  // Coalesces forwarded requests to one owner (coalesce.h); null when
+  // http.peer_batch.max_in_flight is 0.
+  std::shared_ptr<forward_coalescer> coalescer;
   // The request duration histogram of a route (null: no route matched), a method label
   // and a status; null without metrics. Each combination is looked up in the family
   // once and kept: a request costs no label map.
@@ -179,7 +186,15 @@ struct gather_plan {
   bool partial_ok = false;
 };
 
-using outcome = std::variant<http::response, forward_plan, local_plan, gather_plan>;
+// Requests another instance sent together (POST /v1/internal/forwards, coalesce.h):
+// each runs as that instance's own verified request, and `answer` makes one response
+// of their answers, in order, once the last one arrived.
+struct batch_plan {
+  std::vector<std::shared_ptr<const http::request>> requests;
+  std::function<http::response(std::vector<http::response>)> answer;
+};
+
+using outcome = std::variant<http::response, forward_plan, local_plan, gather_plan, batch_plan>;
 
 using handler_fn = outcome (*)(const state&, const call&);
 
