@@ -266,12 +266,14 @@ struct engine::impl {
             return;
           }
           restoring = agg->planned_count() > planned_before;
-          if (restoring) restore_held[{topic, p.partition}] = agg_resume.value().value_or(0);
           if (!table_views) resume = agg_resume.value();
           else if (!resume || !agg_resume.value()) resume = std::nullopt;
           else resume = std::min(*resume, *agg_resume.value());
         }
         p.offset = resume ? *resume : RD_KAFKA_OFFSET_BEGINNING;
+        // Held until the restore is done, then fetched from here: the lower of the
+        // aggregate's and the tables' resume offsets, as when nothing is restored.
+        if (restoring) restore_held[{topic, p.partition}] = p.offset;
         int64_t low = 0, high = -1;
         auto werr = rd_kafka_query_watermark_offsets(rk, topic.c_str(), p.partition, &low, &high, 5000);
         // A topic kstate just created (repartition) may have no leader for a moment.

@@ -317,3 +317,63 @@ TEST_CASE("a long changelog restore runs between polls: the group rebalances mea
     CHECK(wrong == 0);
   }
 }
+
+TEST_CASE(
+    "a topic feeding a table and a count: an instance taking partitions over restores the count and reads the "
+    "table's records") {
+  // The count restores from its changelog and resumes at its committed offset; the table
+  // on the same topic has nothing there yet and must read the partition from its start.
+  auto topic = unique_name("restore-mixed");
+  create_topic(topic, 4);
+  std::vector<produced> recs;
+  std::map<std::string, std::string> last;
+  std::map<std::string, int64_t> counts;
+  for (int i = 0; i < 400; ++i) {
+    const auto key = "k-" + std::to_string(i % 100);
+    recs.push_back({key, R"({"i":)" + std::to_string(i) + "}"});
+    last[key] = recs.back().value.value();
+    ++counts[key];
+  }
+  produce(topic, recs);
+  auto app = unique_name("restore-mixed-app");
+  std::vector<kstate_process::view> views{{"t", topic}, {"c", topic, "json", "", "string", "kind: count"}};
+  // No copies from the first instance: the newcomer restores from the changelog.
+  const std::string no_copies = "peer_bootstrap: {enabled: false}\n";
+  kstate_process x(app, views, temp_dir("restore-mixed-x") + "/state", no_copies);
+  kstate_process y(app, views, temp_dir("restore-mixed-y") + "/state", no_copies);
+  x.start();
+  x.wait_ready();
+  REQUIRE(wait_for([&] { return x.position_sum("t") == 400; }, std::chrono::seconds(60)));
+  REQUIRE(wait_total(x.port(), "c", 400, std::chrono::seconds(60)) == 400);
+  // The count's offsets are committed with its batches; give the last commit a moment.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+
+  y.start();
+  y.wait_ready();
+  std::string why;
+  REQUIRE_MESSAGE(wait_for(
+                      [&] {
+                        return group_settled({x.port(), y.port()}, 4, &why);
+                      },
+                      std::chrono::seconds(90)),
+                  why);
+  y.wait_ready();
+  CHECK(y.metric_sum("kstate_restore_records_total") > 0);
+  for (auto* via : {&x, &y}) {
+    http_client h(via->port());
+    size_t wrong = 0;
+    for (const auto& [key, value] : last) {
+      auto t = h.get("/v1/stores/t/keys/" + key);
+      auto c = h.get("/v1/stores/c/keys/" + key);
+      REQUIRE(t);
+      REQUIRE(c);
+      if (t->status != 200 || t->body_json()["value"] != json::parse(value) || c->status != 200 ||
+          c->body_json()["value"] != counts[key]) {
+        if (++wrong <= 3) MESSAGE("via " << via->port() << ", " << key << ": " << t->body << " / " << c->body);
+      }
+    }
+    CHECK(wrong == 0);
+  }
+  CHECK(x.terminate() == 0);
+  CHECK(y.terminate() == 0);
+}
