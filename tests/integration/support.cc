@@ -500,13 +500,17 @@ bool cluster_settled(uint16_t port, size_t members, int partitions, const std::s
   return true;
 }
 
-bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::string* why) {
+bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::string* why,
+                   const std::string& authorization) {
   std::vector<http_address> at;
   for (auto port : ports) at.push_back({"127.0.0.1", port});
-  return group_settled(at, partitions, why);
+  return group_settled(at, partitions, why, authorization);
 }
 
-bool group_settled(const std::vector<http_address>& at, int partitions, std::string* why) {
+bool group_settled(const std::vector<http_address>& at, int partitions, std::string* why,
+                   const std::string& authorization) {
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!authorization.empty()) headers.emplace_back("Authorization", authorization);
   auto no = [&](std::string reason) {
     if (why) *why = std::move(reason);
     return false;
@@ -518,9 +522,9 @@ bool group_settled(const std::vector<http_address>& at, int partitions, std::str
   for (const auto& [host, port] : at) {
     http_client c(host, port);
     const auto name = host + ":" + std::to_string(port);
-    auto ready = c.get("/readyz");
+    auto ready = c.get("/readyz", headers);  // its partitions are shown to the cluster scope
     if (!ready || ready->status != 200) return no(name + ": /readyz not 200");
-    auto cluster = c.get("/v1/cluster");
+    auto cluster = c.get("/v1/cluster", headers);
     if (!cluster || cluster->status != 200) return no(name + ": /v1/cluster not 200");
     auto view = cluster->body_json();
     held_set mine;

@@ -192,8 +192,11 @@ bool cluster_settled(uint16_t port, size_t members, int partitions = -1, const s
 // holders in a Stable group. Ready alone is not enough: an instance that holds nothing
 // yet is ready, and one instance's view of the group can lag a rebalance.
 // `why`, when given, says what is not settled yet.
-bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::string* why = nullptr);
-bool group_settled(const std::vector<http_address>& at, int partitions, std::string* why = nullptr);
+// `authorization` is sent as the Authorization header of /v1/cluster when not empty.
+bool group_settled(const std::vector<uint16_t>& ports, int partitions, std::string* why = nullptr,
+                   const std::string& authorization = {});
+bool group_settled(const std::vector<http_address>& at, int partitions, std::string* why = nullptr,
+                   const std::string& authorization = {});
 
 // Model of a table view: last write wins, a tombstone deletes.
 using table_model = std::map<std::string, std::string>;
