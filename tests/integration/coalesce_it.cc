@@ -10,30 +10,11 @@
 #include <sstream>
 #include <thread>
 
-#include "support.h"
+#include "agg_common.h"
 
 using namespace kstate::testing;
 
 namespace {
-
-// The sum of a metric's series whose labels contain `label` (e.g. kind="forward").
-double metric_with(uint16_t port, const std::string& name, const std::string& label = {}) {
-  http_client c(port);
-  auto a = c.get("/metrics");
-  REQUIRE(a);
-  REQUIRE(a->status == 200);
-  double sum = 0;
-  std::istringstream in(a->body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name, 0) != 0) continue;
-    const auto rest = line.substr(name.size());
-    if (rest.empty() || (rest[0] != '{' && rest[0] != ' ')) continue;
-    if (!label.empty() && rest.find(label) == std::string::npos) continue;
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
 
 // What the comparison looks at: everything a client sees of a lookup's answer except
 // the serving instance's own headers (request id, date, the forwarding mark).
@@ -122,7 +103,7 @@ TEST_CASE("coalesced forwards: every answer equals the owner's own; a gone owner
   REQUIRE(targets.size() > 200);
 
   const double batches_before = metric_with(a.port(), "kstate_http_forwarded_batches_total", "result=\"ok\"");
-  const double batched_before = metric_with(a.port(), "kstate_http_forwarded_batched_requests_total");
+  const double batched_before = metric_with(a.port(), "kstate_http_forwarded_batched_requests_total", "");
   const double forwarded_before = metric_with(a.port(), "kstate_http_forwarded_requests_total", "kind=\"forward\"");
   const auto via_a = fire(a.port(), targets, 24);
   size_t equal = 0;
@@ -135,7 +116,7 @@ TEST_CASE("coalesced forwards: every answer equals the owner's own; a gone owner
     equal += seen_of(*via_a[i]) == direct[i];
   }
   const double batches = metric_with(a.port(), "kstate_http_forwarded_batches_total", "result=\"ok\"") - batches_before;
-  const double batched = metric_with(a.port(), "kstate_http_forwarded_batched_requests_total") - batched_before;
+  const double batched = metric_with(a.port(), "kstate_http_forwarded_batched_requests_total", "") - batched_before;
   const double forwarded =
       metric_with(a.port(), "kstate_http_forwarded_requests_total", "kind=\"forward\"") - forwarded_before;
   MESSAGE(equal << " of " << targets.size() << " equal; " << batched << " requests rode in " << batches << " batches");
