@@ -114,9 +114,14 @@ struct shared_state {
   std::atomic<uint64_t> id_counter{0};
 
   std::string next_request_id() {
-    char buf[24];
-    std::snprintf(buf, sizeof buf, "-%llx", static_cast<unsigned long long>(++id_counter));
-    return id_prefix + buf;
+    std::string id;
+    id.reserve(id_prefix.size() + 17);
+    id += id_prefix;
+    id += '-';
+    char buf[16];
+    auto end = std::to_chars(buf, buf + sizeof buf, ++id_counter, 16).ptr;
+    id.append(buf, end);
+    return id;
   }
 };
 
@@ -555,7 +560,9 @@ class session : public session_base {
     for (const auto& f : msg) {
       if (index++ >= header_fields_) break;
       std::string name(f.name_string());
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      // ASCII only (names are tokens), without the locale lookup of std::tolower.
+      for (char& ch : name)
+        if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
       req.headers.emplace_back(std::move(name), std::string(f.value()));
     }
     auto client_id = req.header("x-request-id").value_or("");
