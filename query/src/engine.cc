@@ -92,10 +92,16 @@ std::optional<query_result<T>> engine::held_key_partition(std::string_view store
   if (!id || part_fn == partitioners_.end())
     return R::fail(failure_reason::store_exception, "store '" + std::string(store) + "' is not open");
   vid = *id;
+  if (located) {
+    // The caller located the key already (locate()); the partition's own state says
+    // whether it is held and ready.
+    partition = *located;
+    return require_partition<T>(*view, partition);
+  }
   int32_t count = ownership_.partition_count(view->topic);
   if (count <= 0)
     return R::fail(failure_reason::not_up_to_date, "partition count of '" + view->topic + "' not known yet");
-  partition = located ? *located : part_fn->second(key, count);
+  partition = part_fn->second(key, count);
   return require_partition<T>(*view, partition);
 }
 

@@ -200,7 +200,7 @@ void dispatcher::handle(const http::request& req, http::responder reply, bool ve
                                                      : "unknown query parameter '" + k.substr(0, 64) + "'",
                           req.path));
   }
-  if (r.waits) {
+  if (r.waits && (req.param("min_position") || req.header("x-kstate-min-position"))) {
     // The store's partition count, when the store exists and its metadata is known; an
     // unknown store is the handler's 404.
     int32_t partition_count = 0;
