@@ -161,7 +161,17 @@ class rocks_snapshot final : public snapshot {
   explicit rocks_snapshot(const snapshot_parts& a) : a_(a), snap_(a.rdb->GetSnapshot()) {}
   ~rocks_snapshot() override { a_.rdb->ReleaseSnapshot(snap_); }
 
+  // Positions of `partitions` of `view` known from memory (db::read_snapshot(view, ...)).
+  void know(view_id view, std::vector<int32_t> partitions, std::vector<std::optional<int64_t>> positions) {
+    known_view_ = view;
+    known_partitions_ = std::move(partitions);
+    known_ = std::move(positions);
+  }
+
   result<std::optional<int64_t>> position(view_id view, int32_t partition) const override {
+    if (known_view_ == view)
+      for (std::size_t i = 0; i < known_partitions_.size(); ++i)
+        if (known_partitions_[i] == partition) return known_[i];
     std::string v;
     auto s = a_.rdb->Get(options(), a_.meta, encode_position_key(a_.view_names->at(view), partition), &v);
     if (s.IsNotFound()) return std::optional<int64_t>();
@@ -173,6 +183,7 @@ class rocks_snapshot final : public snapshot {
 
   result<std::vector<std::optional<int64_t>>> positions(view_id view,
                                                         const std::vector<int32_t>& partitions) const override {
+    if (known_view_ == view && known_partitions_ == partitions) return known_;
     std::vector<std::string> keys;
     keys.reserve(partitions.size());
     for (int32_t p : partitions) keys.push_back(encode_position_key(a_.view_names->at(view), p));
@@ -272,6 +283,9 @@ class rocks_snapshot final : public snapshot {
   }
   snapshot_parts a_;
   const rocksdb::Snapshot* snap_;
+  std::optional<view_id> known_view_;
+  std::vector<int32_t> known_partitions_;
+  std::vector<std::optional<int64_t>> known_;
 };
 
 }  // namespace
@@ -281,6 +295,30 @@ std::shared_ptr<const snapshot> db::read_snapshot() const {
   const int64_t now = impl_->ttl.empty() ? 0 : impl_->clock();
   return std::make_shared<rocks_snapshot>(snapshot_parts{impl_->rdb.get(), impl_->meta, &impl_->views,
                                                          &impl_->view_names, &impl_->ttl_ms, &impl_->versioned, now});
+}
+
+std::shared_ptr<const snapshot> db::read_snapshot(view_id view, const std::vector<int32_t>& partitions) const {
+  // As get() does (position_cache.h): tickets taken before the snapshot, checked after
+  // it. A write whose data the snapshot holds either ended before its ticket was taken
+  // (the ticket has its position) or is seen by the check (writing, or a new version).
+  std::vector<position_cache::ticket> tickets;
+  tickets.reserve(partitions.size());
+  for (int32_t p : partitions) {
+    auto t = impl_->positions->enter(view, p);
+    if (!t) return read_snapshot();
+    tickets.push_back(*t);
+  }
+  // read_snapshot() makes a rocks_snapshot, not yet shared with anyone.
+  auto snap = std::const_pointer_cast<rocks_snapshot>(std::static_pointer_cast<const rocks_snapshot>(read_snapshot()));
+  std::vector<std::optional<int64_t>> known;
+  known.reserve(tickets.size());
+  for (const auto& t : tickets) {
+    if (!position_cache::still(t)) return snap;
+    known.push_back(t.position == position_cache::absent ? std::nullopt : std::optional<int64_t>(t.position));
+  }
+  snap->know(view, partitions, std::move(known));
+  impl_->cached_position_reads.fetch_add(1, std::memory_order_relaxed);
+  return snap;
 }
 
 }  // namespace kstate::storage

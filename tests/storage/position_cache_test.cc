@@ -1,5 +1,6 @@
 // db::get answers a key's value with the position of the write it came from, whether
-// it reads the position from RocksDB or from memory (storage/src/position_cache.h).
+// it reads the position from RocksDB or from memory (storage/src/position_cache.h); so
+// does a snapshot taken for the positions of some partitions (pages, batches, counts).
 
 #include <doctest/doctest.h>
 
@@ -81,6 +82,77 @@ TEST_CASE("a lookup's position is the one of the write its value came from, with
   CHECK(last->value == std::to_string(writes));
   CHECK(last->position == writes);
   CHECK(d.cached_position_reads() == before + 1);
+}
+
+TEST_CASE("a snapshot's positions are those of the writes its data came from, with writes racing") {
+  scratch_dir dir;
+  auto opened = db::open(db_options{.path = dir.path.string()}, {"t"});
+  REQUIRE(opened.ok());
+  auto& d = *opened.value();
+  const auto t = *d.find_view("t");
+  // Write n puts "n" under key k of partitions 3 and 5 and moves both positions to n.
+  constexpr int writes = 20'000;
+  const std::vector<int32_t> parts{3, 5};
+  std::atomic<bool> done{false};
+  std::atomic<int> failed_writes{0};
+  std::thread writer([&] {
+    for (int n = 1; n <= writes; ++n) {
+      auto b = d.new_batch();
+      for (int32_t p : parts) {
+        b.put(t, p, "k", std::to_string(n));
+        b.set_position(t, p, n);
+      }
+      if (!d.write(b).ok()) ++failed_writes;
+    }
+    done = true;
+  });
+  std::atomic<uint64_t> reads{0}, mismatched{0}, errors{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r)
+    readers.emplace_back([&] {
+      while (!done) {
+        auto snap = d.read_snapshot(t, parts);
+        auto positions = snap->positions(t, parts);
+        ++reads;
+        if (!positions.ok()) {
+          ++errors;
+          continue;
+        }
+        for (std::size_t i = 0; i < parts.size(); ++i) {
+          auto value = snap->get(t, parts[i], "k");
+          auto one = snap->position(t, parts[i]);
+          if (!value.ok() || !one.ok()) {
+            ++errors;
+            continue;
+          }
+          const auto& pos = (*positions)[i];
+          // Before the first write: no value, no position.
+          if (!*value ? pos.has_value() : (!pos || **value != std::to_string(*pos))) ++mismatched;
+          if (*one != pos) ++mismatched;
+        }
+      }
+    });
+  writer.join();
+  for (auto& r : readers) r.join();
+  CHECK(failed_writes == 0);
+  CHECK(errors == 0);
+  CHECK(mismatched == 0);
+  INFO("snapshots: " << reads << ", positions from memory: " << d.cached_position_reads());
+  CHECK(reads > 0);
+  // With the writes over, a snapshot takes its positions from memory; a partition it was
+  // not taken for is read from RocksDB, with the same answer.
+  const auto before = d.cached_position_reads();
+  auto snap = d.read_snapshot(t, {5});
+  CHECK(d.cached_position_reads() == before + 1);
+  auto p5 = snap->positions(t, {5});
+  REQUIRE(p5.ok());
+  CHECK((*p5)[0] == writes);
+  auto p3 = snap->position(t, 3);
+  REQUIRE(p3.ok());
+  CHECK(*p3 == writes);
+  auto absent = snap->position(t, 7);
+  REQUIRE(absent.ok());
+  CHECK_FALSE(absent->has_value());
 }
 
 TEST_CASE("positions found at open, written, and replaced by a partition load are the ones lookups answer") {

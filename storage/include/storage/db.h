@@ -383,11 +383,16 @@ class db {
   // Value and position read from one snapshot, so the position describes the value.
   result<get_result> get(view_id view, int32_t partition, std::string_view key) const;
   // How many get() calls read the value alone and answered the position kept in memory
-  // (no write moved it meanwhile); the others read both from RocksDB. For tests.
+  // (no write moved it meanwhile), and snapshots whose positions came from memory; the
+  // others read them from RocksDB. For tests.
   uint64_t cached_position_reads() const;
 
   // A consistent read view of everything, taken now.
   std::shared_ptr<const snapshot> read_snapshot() const;
+  // The same, for a read that will ask the positions of `partitions` of `view`: when no
+  // write moved any of them while the snapshot was taken, they are answered from the
+  // positions kept in memory (as get() does) instead of a read of the meta column family.
+  std::shared_ptr<const snapshot> read_snapshot(view_id view, const std::vector<int32_t>& partitions) const;
 
   // A loader that replaces one partition of `view` with entries and positions copied
   // from elsewhere (see partition_loader). Its files are written under the state
