@@ -143,7 +143,7 @@ query_result<window_answer> engine::windows(const window_query& q) const {
   int64_t lowest = std::numeric_limits<int64_t>::min();
   if (q.from > lowest + w.size_ms) lowest = q.from - w.size_ms + 1;
   if (a.stream_time >= 0) lowest = std::max(lowest, first_live_start(w, a.stream_time));
-  auto snap = db_.read_snapshot();
+  auto snap = db_.read_snapshot(vid, {partition});
   auto pos = snap->position(vid, partition);
   if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
   a.pos.set(partition, pos.value().value_or(0));
@@ -171,7 +171,7 @@ query_result<window_answer> engine::sessions(const window_query& q, storage::vie
   using R = query_result<window_answer>;
   const window_spec& w = *find_store(q.store)->window;
   const int64_t live = a.stream_time >= 0 ? first_live_last(w, a.stream_time) : std::numeric_limits<int64_t>::min();
-  auto snap = db_.read_snapshot();
+  auto snap = db_.read_snapshot(vid, {partition});
   auto pos = snap->position(vid, partition);
   if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
   a.pos.set(partition, pos.value().value_or(0));
@@ -273,10 +273,10 @@ query_result<batch_answer> engine::get_many(std::string_view store,
   if (!vid) return R::fail(failure_reason::store_exception, "store is not open");
   for (const auto& [p, k] : located)
     if (auto f = require_partition<batch_answer>(*view, p)) return *f;
-  auto snap = db_.read_snapshot();
   std::vector<int32_t> partitions;
   for (const auto& [p, k] : located)
     if (std::find(partitions.begin(), partitions.end(), p) == partitions.end()) partitions.push_back(p);
+  auto snap = db_.read_snapshot(*vid, partitions);
   auto positions = snap->positions(*vid, partitions);
   if (!positions.ok()) return R::fail(failure_reason::store_exception, positions.error().to_string());
   batch_answer a;
@@ -458,7 +458,7 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
   auto rr = resolve_range(q, true);
   if (!rr.ok()) return rr.as<range_answer>();
   const auto& r = rr.answer();
-  auto snap = db_.read_snapshot();
+  auto snap = db_.read_snapshot(r.view, r.partitions);
   auto positions = snap->positions(r.view, r.partitions);
   if (!positions.ok()) return R::fail(failure_reason::store_exception, positions.error().to_string());
   range_answer a;
@@ -483,14 +483,20 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
     if (c == 0) return p1 < p2;
     return desc ? c > 0 : c < 0;
   };
-  // As a heap's order: the kept entry that comes last is on top.
-  auto before = [&first](const range_entry& x, const range_entry& y) {
-    return first(x.key, x.partition, y.key, y.partition);
+  // The entries kept so far live in `slots`; a heap of their indices keeps the one that
+  // comes last on top. An entry pushed out leaves its slot to the next one read, whose
+  // key and value are copied into the strings' capacity: no allocation per entry read,
+  // and the heap moves indices, not entries.
+  std::vector<range_entry> slots;
+  std::vector<uint32_t> heap, free_slots;
+  auto before = [&](uint32_t x, uint32_t y) {
+    return first(slots[x].key, slots[x].partition, slots[y].key, slots[y].partition);
   };
   const size_t keep = limit + 1;
-  std::vector<range_entry> kept;
-  kept.reserve(std::min<size_t>(keep + 1, 1024));
-  auto full = [&] { return kept.size() == keep; };
+  slots.reserve(std::min<size_t>(keep + 1, 1024));
+  heap.reserve(std::min<size_t>(keep + 1, 1024));
+  auto full = [&] { return heap.size() == keep; };
+  auto top = [&]() -> const range_entry& { return slots[heap.front()]; };
 
   struct partition_read {
     int32_t partition;
@@ -509,7 +515,7 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
     pending = false;
     for (auto& pr : reads) {
       if (pr.done) continue;
-      if (pr.started && full() && !first(pr.next_key, pr.partition, kept.front().key, kept.front().partition)) {
+      if (pr.started && full() && !first(pr.next_key, pr.partition, top().key, top().partition)) {
         pr.done = true;
         continue;
       }
@@ -520,14 +526,29 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
       size_t n = 0;
       for (; cursor->valid() && n < quota; cursor->next(), ++n) {
         auto key = cursor->key();
-        if (full() && !first(key, pr.partition, kept.front().key, kept.front().partition)) break;
+        if (full() && !first(key, pr.partition, top().key, top().partition)) break;
         auto f = unframe_value(cursor->value());
         if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
-        kept.push_back(range_entry{std::string(key), std::string(f->value), f->offset, pr.partition, f->time});
-        std::push_heap(kept.begin(), kept.end(), before);
-        if (kept.size() > keep) {
-          std::pop_heap(kept.begin(), kept.end(), before);
-          kept.pop_back();
+        uint32_t i = 0;
+        if (!free_slots.empty()) {
+          i = free_slots.back();
+          free_slots.pop_back();
+        } else {
+          i = static_cast<uint32_t>(slots.size());
+          slots.emplace_back();
+        }
+        range_entry& e = slots[i];
+        e.key.assign(key.data(), key.size());
+        e.value.assign(f->value.data(), f->value.size());
+        e.offset = f->offset;
+        e.partition = pr.partition;
+        e.time = f->time;
+        heap.push_back(i);
+        std::push_heap(heap.begin(), heap.end(), before);
+        if (heap.size() > keep) {
+          std::pop_heap(heap.begin(), heap.end(), before);
+          free_slots.push_back(heap.back());
+          heap.pop_back();
         }
       }
       if (auto e = cursor->error(); !e.ok()) return R::fail(failure_reason::store_exception, e.to_string());
@@ -539,11 +560,14 @@ query_result<range_answer> engine::range(const range_query& q, size_t limit) con
       }
     }
   }
-  std::sort_heap(kept.begin(), kept.end(), before);
-  if (kept.size() > limit) {
-    kept.pop_back();
+  std::sort_heap(heap.begin(), heap.end(), before);
+  if (heap.size() > limit) {
+    heap.pop_back();
     a.more = true;
   }
+  std::vector<range_entry> kept;
+  kept.reserve(heap.size());
+  for (uint32_t i : heap) kept.push_back(std::move(slots[i]));
   a.entries = std::move(kept);
   return R::success(std::move(a));
 }
@@ -630,7 +654,7 @@ query_result<count_answer> engine::count(std::string_view store, uint64_t exact_
   auto stats = db_.stats(*vid);
   if (!stats.ok()) return R::fail(failure_reason::store_exception, stats.error().to_string());
   count_answer a;
-  auto snap = db_.read_snapshot();
+  auto snap = db_.read_snapshot(*vid, parts);
   for (int32_t p : parts) {
     auto pos = snap->position(*vid, p);
     if (!pos.ok()) return R::fail(failure_reason::store_exception, pos.error().to_string());
