@@ -216,22 +216,7 @@ status agg_pipeline::fk_right_stage2(view_state& v, const record& r) {
 
 void agg_pipeline::fk_left_write(storage::write_batch& batch, const view_state& v, int32_t partition,
                                  std::string_view key, std::string_view row, int64_t input_offset) {
-  std::optional<fk_left_row> decoded;
-  if (!row.empty()) decoded = decode_fk_left_row(row);
-  if (!decoded) {
-    // No row (a tombstone), or a changelog record that is not a row (written by
-    // something else): the key has no row.
-    if (!row.empty())
-      log()->warn("store {}: changelog record of partition {} is not a foreign-key join row; key deleted", v.def->name,
-                  partition);
-    batch.del(*v.sides, partition, key);
-    batch.del(v.id, partition, key);
-    return;
-  }
-  batch.put(*v.sides, partition, key, row);
-  if (auto joined = v.join->joined(fk_sides(*decoded)))
-    batch.put(v.id, partition, key, frame_value(input_offset, *joined));
-  else batch.del(v.id, partition, key);
+  write_fk_left_row(batch, target(v), partition, key, row, input_offset);
 }
 
 }  // namespace kstate::ingest

@@ -72,11 +72,7 @@ result<std::unique_ptr<agg_pipeline>> agg_pipeline::create(const ingest_config& 
   for (size_t i = 0; i < joins; ++i) {
     const auto& v = *p->views_[i].def;
     if (!v.is_fk_join()) continue;
-    auto& right = p->fk_right_defs_.emplace_back(v);
-    right.name = fk_right_name(v);
-    right.topic = right.repartition_topic = v.join->subscription_topic;
-    right.source = v.join->right_topic;
-    right.changelog_topic = v.join->subscription_changelog_topic;
+    auto& right = p->fk_right_defs_.emplace_back(fk_right_view(v));
     auto id = db.find_view(right.name);
     if (!id) return status::internal("join view '" + v.name + "' has no column family for its right side");
     p->views_.push_back(view_state{&right, *id, aggregator(right, cfg.max_json_depth), std::nullopt, std::nullopt});

@@ -157,7 +157,7 @@ class agg_pipeline {
   };
   // The column families a changelog record of `v` updates (changelog_apply.h).
   static changelog_target target(const view_state& v) {
-    return changelog_target{v.def, v.id, v.sides, v.join ? &*v.join : nullptr};
+    return changelog_target{v.def, v.id, v.sides, v.join ? &*v.join : nullptr, v.right_of.has_value()};
   }
   struct cached {
     std::string state;       // aggregate JSON; a join's encoded sides (empty: none)

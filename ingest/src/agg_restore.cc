@@ -223,22 +223,7 @@ result<std::vector<std::pair<std::string, int32_t>>> agg_pipeline::restore_some(
         log()->warn("restoring {}-{}: {}", cl, a.plan.partition, why);
         continue;
       }
-      const auto& v = views_[a.plan.view];
-      if (v.right_of || v.fk_route) {
-        std::string_view key(static_cast<const char*>(m->key), m->key ? m->key_len : 0);
-        const std::string_view payload =
-            m->payload ? std::string_view(static_cast<const char*>(m->payload), m->len) : std::string_view();
-        if (v.right_of) {
-          // A foreign-key join's right side: its entries as they are stored.
-          if (m->payload) a.batch.put(v.id, a.plan.partition, key, payload);
-          else a.batch.del(v.id, a.plan.partition, key);
-        } else {
-          // A foreign-key join's left rows; the joined value is made from them again.
-          fk_left_write(a.batch, v, a.plan.partition, key, payload, changelog_record_offset(m, m->offset));
-        }
-      } else {
-        apply_changelog_record(a.batch, target(v), a.plan.partition, m, a.stream_time);
-      }
+      apply_changelog_record(a.batch, target(views_[a.plan.view]), a.plan.partition, m, a.stream_time);
       a.end = m->offset + 1;
       ++a.applied;
       rd_kafka_message_destroy(m);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -29,13 +30,17 @@ namespace {
 
 using tp = std::pair<std::string, int32_t>;
 
-// An aggregate view whose partitions are copied by following its changelog.
+// An aggregate view whose partitions are copied by following its changelog. A
+// foreign-key join has two: its left rows (the view, on its repartition topic) and its
+// right side (fk_right_view(), on its subscription topic), each a store topic of its own
+// whose partitions the group assigns, restores and hands over separately.
 struct agg_copy {
   const view_def* def;
   storage::view_id id;
   std::optional<storage::view_id> sides;  // join views
   std::unique_ptr<joiner> join;           // join views; its address is in target()
-  changelog_target target() const { return {def, id, sides, join.get()}; }
+  bool fk_right = false;                  // a foreign-key join's right side
+  changelog_target target() const { return {def, id, sides, join.get(), fk_right}; }
 };
 
 // How far the copy of one partition of an aggregate view follows its changelog.
@@ -88,6 +93,8 @@ struct standby_engine::impl {
   // being followed, by (view index, partition). Their batch is written with the
   // builder's, under the same fence.
   std::vector<agg_copy> aggs;
+  // The views of foreign-key joins' right sides (a deque: aggs point into it).
+  std::deque<view_def> fk_rights;
   std::map<std::string, size_t, std::less<>> by_changelog;
   std::map<std::pair<size_t, int32_t>, changelog_copy> followed;
   std::optional<storage::write_batch> changelog_batch;
@@ -119,12 +126,7 @@ struct standby_engine::impl {
         membership(m),
         self(std::move(s)),
         replicas(r),
-        notifier(n) {
-    // A foreign-key join keeps its state in partitions of two topics (its repartition
-    // and subscription topics), each with its changelog, which one copy of a store
-    // partition cannot follow together: its partitions move by restore (or peer copy).
-    std::erase_if(views, [](const view_def& v) { return v.join && v.join->by_foreign_key(); });
-  }
+        notifier(n) {}
   ~impl() {
     if (consumer) rd_kafka_destroy(consumer);
   }
@@ -138,12 +140,13 @@ struct standby_engine::impl {
 
   // What this instance should keep as standby now, claimed partitions aside. A
   // partition is one of a view's store topic (its source, or an aggregate's repartition
-  // topic), as the group assigns them.
+  // topic, or a foreign-key join's subscription topic), as the group assigns them.
   std::set<tp> desired(const std::set<tp>& excluded) const {
     std::set<tp> out;
     auto snap = membership.current();
     std::set<std::string> topics;
     for (const auto& v : views) topics.insert(v.topic);
+    for (const auto& a : aggs) topics.insert(a.def->topic);
     for (const auto& t : topics) {
       int32_t n = ownership.partition_count(t);
       for (int32_t p = 0; p < n; ++p) {
@@ -444,6 +447,15 @@ status standby_engine::start() {
     }
     i.by_changelog[v.changelog_topic] = i.aggs.size();
     i.aggs.push_back(std::move(a));
+    if (!v.is_fk_join()) continue;
+    // Its right side, as the pipeline keeps it: copied from the subscription changelog.
+    const auto& right = i.fk_rights.emplace_back(fk_right_view(v));
+    auto right_id = i.db.find_view(right.name);
+    if (!right_id) return status::internal("join view '" + v.name + "' has no column family for its right side");
+    agg_copy r{&right, *right_id, std::nullopt, nullptr};
+    r.fk_right = true;
+    i.by_changelog[right.changelog_topic] = i.aggs.size();
+    i.aggs.push_back(std::move(r));
   }
   i.changelog_batch.emplace(i.db.new_batch());
   auto consumer = create_client(i.cfg, standby_consumer_spec(i.cfg));

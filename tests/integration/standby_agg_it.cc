@@ -14,51 +14,10 @@
 #include <set>
 #include <thread>
 
-#include "agg_common.h"
+#include "standby_common.h"
 #include "window_common.h"
 
 using namespace kstate::testing;
-
-namespace {
-
-// The store topic partitions each instance owns, by endpoint, from /v1/cluster.
-std::map<std::string, std::set<std::pair<std::string, int>>> owners(uint16_t port) {
-  std::map<std::string, std::set<std::pair<std::string, int>>> out;
-  auto c = http_client(port).get("/v1/cluster");
-  if (!c || c->status != 200) return out;
-  const json body = c->body_json();
-  for (const auto& p : body["partitions"])
-    out[p["owner"].get<std::string>()].insert({p["topic"].get<std::string>(), p["partition"].get<int>()});
-  return out;
-}
-
-// Every key and value of a store read in range pages from `port` (`query` appended to
-// each page's request), with the number of pages marked stale; nullopt when a page
-// failed (`why`, when given, says why).
-std::optional<std::pair<std::map<std::string, json>, int>> read_pages(uint16_t port, const std::string& store,
-                                                                      const std::string& query,
-                                                                      std::string* why = nullptr) {
-  std::map<std::string, json> got;
-  int stale_pages = 0;
-  http_client c(port);
-  std::string cursor;
-  for (;;) {
-    auto r =
-        c.get("/v1/stores/" + store + "/keys?limit=100" + query + (cursor.empty() ? "" : "&cursor=" + pct(cursor)));
-    if (!r || r->status != 200) {
-      if (why) *why = r ? r->body : std::string("no answer");
-      return std::nullopt;
-    }
-    const json body = r->body_json();
-    if (body["metadata"].value("stale", false)) ++stale_pages;
-    for (const auto& e : body["data"]) got[e["key"].get<std::string>()] = e["value"];
-    if (body["metadata"]["next"].is_null()) break;
-    cursor = body["metadata"]["next"].get<std::string>();
-  }
-  return std::make_pair(std::move(got), stale_pages);
-}
-
-}  // namespace
 
 TEST_CASE(
     "standby copies of aggregate views follow their changelogs: stale reads while the owner is down, and a fail-over "

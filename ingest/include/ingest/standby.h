@@ -17,7 +17,10 @@
 // store-topic position the copy reflects (the largest kstate.offset + 1 applied). A new
 // owner's restore then starts at that changelog position and reads only the tail.
 // Which partitions: those of each view's store topic (an aggregate's repartition topic
-// when it is re-keyed), as the group assigns them. Foreign-key join views have none.
+// when it is re-keyed), as the group assigns them. A foreign-key join has two store
+// topics, its repartition topic (the left rows, from the view's changelog) and its
+// subscription topic (the right side, from the subscription changelog): each partition
+// of either is a copy of its own, with its own changelog position, hand-over and claim.
 //
 // Hand-over: before the group consumer takes a partition over, it calls release(),
 // which claims the partition and waits (at most ingest_config::standby_release_timeout)
