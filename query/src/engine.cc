@@ -72,12 +72,18 @@ std::optional<query_result<T>> engine::require_all_partitions(const view_def& v,
 }
 
 std::optional<std::pair<std::string, int32_t>> engine::locate(std::string_view store, std::string_view key) const {
+  auto where = locator(store);
+  if (!where) return std::nullopt;
+  return std::make_pair(find_store(store)->topic, (*where)(key));
+}
+
+std::optional<engine::key_locator> engine::locator(std::string_view store) const {
   const auto* view = find_store(store);
   if (!view) return std::nullopt;
   auto part_fn = partitioners_.find(view->name);
   int32_t count = ownership_.partition_count(view->topic);
   if (part_fn == partitioners_.end() || count <= 0) return std::nullopt;
-  return std::make_pair(view->topic, part_fn->second(key, count));
+  return key_locator{&part_fn->second, count};
 }
 
 template <typename T>

@@ -254,6 +254,14 @@ class engine {
   // The source topic and partition a key of a store lives in (the producers'
   // partitioner), or nullopt when the store or the partition count is unknown.
   std::optional<std::pair<std::string, int32_t>> locate(std::string_view store, std::string_view key) const;
+  // The partition of each key of a store, by its partitioner and the partition count
+  // known when it was made: locate() for many keys (a batch) at the cost of one.
+  struct key_locator {
+    const partitioner_fn* partitioner;
+    int32_t partition_count;
+    int32_t operator()(std::string_view key) const { return (*partitioner)(key, partition_count); }
+  };
+  std::optional<key_locator> locator(std::string_view store) const;
 
   // Latest value of a key, or with `as_of` (versioned stores) the value valid then. Fails
   // with not_active / not_up_to_date rather than answer "absent" for a partition this

@@ -433,7 +433,7 @@ param<std::vector<std::string>> selected_keys(const state& st, const call& c, qu
   std::vector<std::string> out;
   std::set<std::string> seen;
   for (size_t i = 0; i < texts.size(); ++i) {
-    auto k = decode_key(st, c, fmt, texts[i], "keys[" + std::to_string(i) + "]");
+    auto k = decode_key(st, c, fmt, texts[i], "keys", i);
     if (!k.ok()) return std::move(k).error();
     if (seen.insert(*k).second) out.push_back(std::move(*k));
   }

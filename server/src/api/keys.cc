@@ -558,6 +558,7 @@ outcome batch_get(const state& st, const call& c) {
   distinct.reserve(keys.size());
   std::unordered_map<std::string, std::size_t> seen;
   std::map<int32_t, bool> partitions;
+  std::optional<query::engine::key_locator> where_is;  // found for the first key, used for all
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const auto& k = keys[i];
     // json keys may be given as JSON values; every other format as strings.
@@ -565,14 +566,15 @@ outcome batch_get(const state& st, const call& c) {
     if (k.is_string()) key_text = k.get<std::string>();
     else if (*fmt == query::key_format::json) key_text = k.dump();
     else return problem(failure_reason::bad_body, "keys must be strings", c.path());
-    auto d = decode_key(st, c, *fmt, key_text, "keys[" + std::to_string(i) + "]");
+    auto d = decode_key(st, c, *fmt, key_text, "keys", i);
     if (!d.ok()) return std::move(d).error();
     if (!seen.emplace(*d, distinct.size()).second) continue;
-    auto loc = st.ctx.queries->locate(c.store, *d);
-    if (!loc)
+    if (!where_is) where_is = st.ctx.queries->locator(c.store);
+    if (!where_is)
       return problem(failure_reason::not_caught_up, "partition count of '" + v.topic + "' not known yet", c.path());
-    partitions[loc->second] = true;
-    distinct.push_back(batch_key{std::move(*d), std::move(key_text), loc->second});
+    const int32_t p = (*where_is)(*d);
+    partitions[p] = true;
+    distinct.push_back(batch_key{std::move(*d), std::move(key_text), p});
   }
   std::vector<int32_t> parts;
   parts.reserve(partitions.size());

@@ -65,13 +65,27 @@ param<query::key_format> key_format_of(const call& c, const view_def& v) {
   return f;
 }
 
+namespace {
+
+http::response bad_key(const call& c, std::string_view what, const status& why) {
+  std::string detail = what.empty() ? why.message() : std::string(what) + ": " + why.message();
+  return problem(failure_reason::bad_key_encoding, detail, c.path());
+}
+
+}  // namespace
+
 param<std::string> decode_key(const state& st, const call& c, query::key_format f, std::string_view text,
                               std::string_view what) {
   auto k = query::decode_key(f, text, st.ctx.limits.max_json_depth);
-  if (!k.ok()) {
-    std::string detail = what.empty() ? k.error().message() : std::string(what) + ": " + k.error().message();
-    return problem(failure_reason::bad_key_encoding, detail, c.path());
-  }
+  if (!k.ok()) return bad_key(c, what, k.error());
+  return std::move(*k);
+}
+
+param<std::string> decode_key(const state& st, const call& c, query::key_format f, std::string_view text,
+                              const char* list, std::size_t index) {
+  auto k = query::decode_key(f, text, st.ctx.limits.max_json_depth);
+  // The element's name is made only for the problem.
+  if (!k.ok()) return bad_key(c, std::string(list) + "[" + std::to_string(index) + "]", k.error());
   return std::move(*k);
 }
 

@@ -40,6 +40,9 @@ param<query::key_format> key_format_of(const call& c, const view_def& v);
 // ("from", "keys[3]"; empty for the path's key).
 param<std::string> decode_key(const state& st, const call& c, query::key_format f, std::string_view text,
                               std::string_view what = {});
+// The same for element `index` of a list named `list` ("keys[3]" in the error).
+param<std::string> decode_key(const state& st, const call& c, query::key_format f, std::string_view text,
+                              const char* list, std::size_t index);
 // `limit`: default_limit when absent, 1..max_limit.
 param<uint32_t> limit_of(const state& st, const call& c);
 // `order`: asc (default) or desc; true for desc.
