@@ -8,8 +8,10 @@
 // KSTATE_FAULT_SCALE=long (scripts/chaos) runs the long versions; each scenario prints
 // one summary line and appends it to $KSTATE_FAULT_REPORT when set.
 //
-// These cases bounce and pause the broker of the whole test run: ctest runs this test
-// alone (RUN_SERIAL), and every case leaves the broker running.
+// The cases of test suite "shared-broker" bounce and pause the broker of the whole test
+// run: ctest runs them alone (test fault_it_broker, RUN_SERIAL), and each leaves the
+// broker running. The others touch only the topics, processes and mounts they create
+// (test fault_it, beside other tests; tests/integration/CMakeLists.txt says why).
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -64,7 +66,8 @@ void finish_and_check(kstate_process& ks, load& l, reader& r, int keys, tally& t
 
 }  // namespace
 
-TEST_CASE("broker restarts (SIGTERM and kill -9) during ingest and queries: every answer exact, nothing lost") {
+TEST_CASE("broker restarts (SIGTERM and kill -9) during ingest and queries: every answer exact, nothing lost" *
+          doctest::test_suite("shared-broker")) {
   broker_guard guard;
   const int keys = 2000, bounces = long_run() ? 5 : 2;
   tally t{"broker restart"};
@@ -95,7 +98,8 @@ TEST_CASE("broker restarts (SIGTERM and kill -9) during ingest and queries: ever
   finish_and_check(ks, l, r, keys, t);
 }
 
-TEST_CASE("a broker that hangs (SIGSTOP) during ingest, and one that hangs when kstate starts") {
+TEST_CASE("a broker that hangs (SIGSTOP) during ingest, and one that hangs when kstate starts" *
+          doctest::test_suite("shared-broker")) {
   broker_guard guard;
   const int keys = 2000;
   // Short: shorter than the group session (6 s); long: far longer.
