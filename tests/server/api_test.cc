@@ -270,6 +270,16 @@ TEST_CASE("batchGet: a key asked twice is read and answered once, in first-appea
   CHECK(body["missing"] == json::array({"nobody"}));
 }
 
+TEST_CASE("batchGet: a key its format cannot decode is named by its place in the list") {
+  node n;
+  n.build();
+  auto r = n.call("POST", "/v1/stores/s/keys:batchGet", R"({"keys": ["12", "twelve", "13"], "key_format": "long"})",
+                  {{"Content-Type", "application/json"}});
+  CHECK(r.status == 400);
+  CHECK(r.body_json()["type"] == "/problems/bad_key_encoding");
+  CHECK(r.body_json()["detail"].get<std::string>().rfind("keys[1]: ", 0) == 0);
+}
+
 TEST_CASE("batchGet: a body nested deeper than max_json_depth is refused before it is parsed") {
   node n;
   n.ctx.limits.max_json_depth = 16;
