@@ -409,7 +409,17 @@ agg_pipeline::outcome agg_pipeline::abort_and_rewind(std::string& error, const s
   if (m_txn_) m_txn_->Add({{"outcome", "aborted"}}).Increment();
   if (list->cnt > 0) {
     error_ptr e(rd_kafka_seek_partitions(consumer_, list.get(), 10'000));
-    if (e) {
+    // A timeout is not a failed seek. rd_kafka_seek_partitions() raises each
+    // partition's version barrier before it waits (records fetched before the seek are
+    // dropped by the consumer from then on) and only waits for the fetchers to confirm;
+    // a partition whose leader cannot be reached (a network cut) confirms when it is
+    // reached again, and its records then start at the offset sought.
+    if (e && rd_kafka_error_code(e.get()) == RD_KAFKA_RESP_ERR__TIMED_OUT) {
+      log()->warn(
+          "rewinding after an aborted transaction: {}; the rewind completes when the partitions' leaders "
+          "are reached",
+          rd_kafka_error_string(e.get()));
+    } else if (e) {
       error = "rewinding after an aborted transaction: " + std::string(rd_kafka_error_string(e.get()));
       return outcome::fatal;
     }
