@@ -12,14 +12,19 @@ namespace {
 
 using json = nlohmann::json;
 
+// Compact, member order kept: what a stored document that is not compact prints as.
+void append_dumped(std::string& out, const nlohmann::ordered_json& j) {
+  out += j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 void append_dumped(std::string& out, const json& j) { out += j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// A one-pass check of the canonical form append_canonical_json() promises. It never
-// allocates; anything it is not sure about is "not canonical" and the caller falls back
-// to parse + dump.
-class canonical_checker {
+// A one-pass check that a document is compact JSON: the grammar of RFC 8259 with no
+// whitespace outside strings. It never allocates; anything it is not sure about is "not
+// compact" and the caller falls back to parse + dump.
+class compact_checker {
  public:
-  explicit canonical_checker(std::string_view s) : s_(s) {}
+  explicit compact_checker(std::string_view s) : s_(s) {}
 
   bool check() { return value(0) && i_ == s_.size(); }
 
@@ -31,7 +36,7 @@ class canonical_checker {
     switch (s_[i_]) {
       case '{': return object(depth + 1);
       case '[': return array(depth + 1);
-      case '"': return string(nullptr);
+      case '"': return string();
       case 't': return literal("true");
       case 'f': return literal("false");
       case 'n': return literal("null");
@@ -45,55 +50,63 @@ class canonical_checker {
     return true;
   }
 
-  // dump() prints integers as they were written, if they have no leading zero, are not
-  // "-0" and fit 64 bits (these limits are stricter than that). Fractions and exponents
-  // come back reformatted by dump(): not canonical.
-  bool number() {
-    size_t start = i_;
-    bool negative = false;
-    if (s_[i_] == '-') {
-      negative = true;
-      ++i_;
-    }
-    size_t digits = i_;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
-    size_t n = i_ - digits;
-    if (n == 0) return false;
-    if (s_[digits] == '0' && (n > 1 || negative)) return false;
-    if (n > 18) return false;
-    if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) return false;
-    return i_ > start;
+  bool digit() const { return i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9'; }
+
+  // One or more digits.
+  bool digits() {
+    if (!digit()) return false;
+    while (digit()) ++i_;
+    return true;
   }
 
-  // `raw_key`, when given, receives the string's bytes between the quotes; keys with
-  // escapes are refused, so that raw bytes order the same as decoded ones.
-  bool string(std::string_view* raw_key) {
-    size_t start = ++i_;
+  // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  bool number() {
+    if (s_[i_] == '-') ++i_;
+    if (!digit()) return false;
+    if (s_[i_] == '0') ++i_;
+    else digits();
+    if (i_ < s_.size() && s_[i_] == '.') {
+      ++i_;
+      if (!digits()) return false;
+    }
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      if (!digits()) return false;
+    }
+    return true;
+  }
+
+  static bool hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+  bool string() {
+    ++i_;
     for (;;) {
       if (i_ >= s_.size()) return false;
       auto c = static_cast<unsigned char>(s_[i_]);
       if (c == '"') break;
       if (c < 0x20) return false;
       if (c == '\\') {
-        if (raw_key) return false;
         if (i_ + 1 >= s_.size()) return false;
         switch (s_[i_ + 1]) {
-          // Exactly the escapes dump() writes for these characters.
           case '"':
           case '\\':
+          case '/':
           case 'b':
           case 'f':
           case 'n':
           case 'r':
-          case 't': break;
-          default: return false;  // \/ and \uXXXX come back in another form
+          case 't': i_ += 2; continue;
+          case 'u':
+            if (i_ + 6 > s_.size() || !hex(s_[i_ + 2]) || !hex(s_[i_ + 3]) || !hex(s_[i_ + 4]) || !hex(s_[i_ + 5]))
+              return false;
+            i_ += 6;
+            continue;
+          default: return false;
         }
-        i_ += 2;
-        continue;
       }
       ++i_;
     }
-    if (raw_key) *raw_key = s_.substr(start, i_ - start);
     ++i_;  // closing quote
     return true;
   }
@@ -105,17 +118,9 @@ class canonical_checker {
       ++i_;
       return true;
     }
-    std::string_view prev;
-    bool first = true;
     for (;;) {
       if (i_ >= s_.size() || s_[i_] != '"') return false;
-      std::string_view key;
-      if (!string(&key)) return false;
-      // dump() prints members in std::map order (bytes compared as unsigned char); a
-      // duplicate or out-of-order key comes back changed.
-      if (!first && !(prev < key)) return false;
-      prev = key;
-      first = false;
+      if (!string()) return false;
       if (i_ >= s_.size() || s_[i_] != ':') return false;
       ++i_;
       if (!value(depth)) return false;
@@ -190,10 +195,10 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
-bool append_canonical_json(std::string& out, std::string_view doc) {
-  // Strings must be valid UTF-8 for dump() to print them back unchanged.
+bool append_compact_json(std::string& out, std::string_view doc) {
+  // Invalid UTF-8 is left to dump(), which replaces it: an answer is always valid JSON.
   if (!valid_utf8(doc)) return false;
-  if (!canonical_checker(doc).check()) return false;
+  if (!compact_checker(doc).check()) return false;
   out.append(doc.data(), doc.size());
   return true;
 }
@@ -204,9 +209,10 @@ namespace {
 void append_rendered(std::string& out, data_format f, std::string_view bytes, std::string (*encode)(std::string_view)) {
   switch (f) {
     case data_format::json:
-      // Validated at ingest (values) or at parse (keys); embedded as JSON.
-      if (!append_canonical_json(out, bytes))
-        append_dumped(out, json::parse(bytes.begin(), bytes.end(), nullptr, false));
+      // Validated at ingest (values) or at parse (keys); embedded as JSON, as stored
+      // when it is compact (what producers write, and how keys are stored).
+      if (!append_compact_json(out, bytes))
+        append_dumped(out, nlohmann::ordered_json::parse(bytes.begin(), bytes.end(), nullptr, false));
       return;
     case data_format::string: return append_json_string(out, bytes);
     case data_format::bytes:

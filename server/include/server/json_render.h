@@ -3,11 +3,14 @@
 //
 // The point-lookup path renders one small object per request; building an
 // nlohmann::json tree for it (and parsing the stored value into one, only to print it
-// again) was most of the per-request work. These functions append bytes identical to
-// what `nlohmann::json::dump(-1, ' ', false, error_handler_t::replace)` writes for the
-// same content, so answers do not change. Where the fast form cannot promise that (a
-// stored value that is not already in dump()'s canonical form, text that is not valid
-// UTF-8) they fall back to nlohmann itself.
+// again) was most of the per-request work. Strings are escaped as
+// `nlohmann::json::dump(-1, ' ', false, error_handler_t::replace)` escapes them. A
+// stored JSON key or value is embedded as it was stored when it is compact (no
+// whitespace outside strings, valid UTF-8), which is how producers write JSON and how
+// kstate stores JSON keys: member order, duplicate members, escapes and the digits of
+// numbers stay as written, so a rendered key is the key itself. Any other document
+// (whitespace, invalid UTF-8) is parsed and printed compactly by nlohmann, member order
+// kept.
 //
 // Thread safety: pure functions.
 
@@ -23,14 +26,13 @@ namespace kstate::server {
 // A JSON string: `s` quoted and escaped as dump() escapes it.
 void append_json_string(std::string& out, std::string_view s);
 
-// Appends `doc` unchanged and returns true when dump(parse(doc)) == doc, i.e. the
-// document is already compact, objects have strictly increasing keys (dump() sorts
-// them), strings use only the escapes dump() writes, and numbers are integers that
-// print back the same. Otherwise appends nothing and returns false.
-bool append_canonical_json(std::string& out, std::string_view doc);
+// Appends `doc` unchanged and returns true when it is one compact JSON document: RFC
+// 8259's grammar without whitespace outside strings, valid UTF-8, nested at most 64
+// deep. Otherwise appends nothing and returns false.
+bool append_compact_json(std::string& out, std::string_view doc);
 
-// A stored key or value as the API renders it: JSON embedded as JSON (printed as
-// dump() prints it), strings as JSON strings, bytes as base64 (values) or base64url
+// A stored key or value as the API renders it: JSON embedded as JSON (as stored when
+// compact, see above), strings as JSON strings, bytes as base64 (values) or base64url
 // (keys) strings.
 void append_rendered_value(std::string& out, data_format f, std::string_view bytes);
 void append_rendered_key(std::string& out, data_format f, std::string_view bytes);
