@@ -1,11 +1,23 @@
 #include "core/utf8.h"
 
+#include <cstdint>
+#include <cstring>
+
 namespace kstate {
 
 bool valid_utf8(std::string_view s) noexcept {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const auto* end = p + s.size();
   while (p < end) {
+    // Eight ASCII bytes at a time: most text is ASCII.
+    if (end - p >= 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p, sizeof w);
+      if ((w & 0x8080808080808080ULL) == 0) {
+        p += 8;
+        continue;
+      }
+    }
     unsigned char c = *p;
     if (c < 0x80) {
       ++p;

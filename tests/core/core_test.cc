@@ -1,16 +1,21 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/guard.h"
 #include "core/notifier.h"
 #include "core/ownership.h"
+#include "core/utf8.h"
 #include "core/value_codec.h"
 #include "core/window.h"
 
@@ -366,4 +371,62 @@ TEST_CASE("a value is served while now is before its time plus the ttl, and neve
   constexpr auto max = std::numeric_limits<int64_t>::max();
   CHECK(!ttl_expired(max - 10, 500, max));  // time + ttl is past the largest time
   CHECK(ttl_expired(std::numeric_limits<int64_t>::min(), 1, 0));
+}
+
+namespace {
+// nlohmann's dump() refuses a string that is not valid UTF-8: the model.
+bool utf8_model(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+}  // namespace
+
+TEST_CASE("valid_utf8 agrees with nlohmann on ASCII runs with sequences anywhere in them") {
+  // Pieces: valid sequences of every length, and the invalid forms (overlong,
+  // surrogate, past U+10FFFF, lone continuation, truncated), each at every offset of
+  // an ASCII run longer than the eight-byte stride.
+  const std::vector<std::string> pieces = {"\xc3\xa9",
+                                           "\xe2\x82\xac",
+                                           "\xf0\x9f\x98\x80",
+                                           "\xf4\x8f\xbf\xbf",
+                                           "\xc0\xaf",
+                                           "\xe0\x80\xaf",
+                                           "\xed\xa0\x80",
+                                           "\xf4\x90\x80\x80",
+                                           "\x80",
+                                           "\xc3",
+                                           "\xe2\x82",
+                                           "\xff",
+                                           std::string(1, '\0'),
+                                           "\x7f"};
+  std::size_t checked = 0;
+  for (const auto& piece : pieces) {
+    for (std::size_t at = 0; at <= 20; ++at) {
+      for (std::size_t len : {std::size_t{0}, std::size_t{7}, std::size_t{8}, std::size_t{9}, std::size_t{24}}) {
+        std::string s(at, 'a');
+        s += piece;
+        s += std::string(len, 'b');
+        CAPTURE(s);
+        CHECK(valid_utf8(s) == utf8_model(s));
+        ++checked;
+      }
+    }
+  }
+  std::mt19937 rng(11);
+  for (int i = 0; i < 20000; ++i) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 40);
+    for (int j = 0; j < n; ++j) {
+      if (rng() % 8 == 0) s += pieces[rng() % pieces.size()];
+      else s += static_cast<char>('a' + rng() % 26);
+    }
+    CAPTURE(s);
+    CHECK(valid_utf8(s) == utf8_model(s));
+    ++checked;
+  }
+  CHECK(checked > 20000);
 }
