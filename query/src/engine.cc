@@ -270,7 +270,7 @@ bool engine::has_copy(std::string_view store, int32_t partition) const {
 }
 
 query_result<batch_answer> engine::get_many(std::string_view store,
-                                            const std::vector<std::pair<int32_t, std::string>>& located,
+                                            std::vector<std::pair<int32_t, std::string>> located,
                                             std::optional<int64_t> as_of) const {
   using R = query_result<batch_answer>;
   const auto* view = find_store(store);
@@ -292,12 +292,17 @@ query_result<batch_answer> engine::get_many(std::string_view store,
   if (!values.ok()) return R::fail(failure_reason::store_exception, values.error().to_string());
   a.entries.reserve(located.size());
   for (size_t i = 0; i < located.size(); ++i) {
-    batch_entry e{located[i].second, std::nullopt, -1, located[i].first};
-    if ((*values)[i]) {
-      auto f = unframe_value(*(*values)[i]);
+    batch_entry e{std::move(located[i].second), std::nullopt, -1, located[i].first};
+    if (auto& stored = (*values)[i]) {
+      auto f = unframe_value(*stored);
       if (!f) return R::fail(failure_reason::store_exception, "stored value is shorter than its frame");
-      e.value = std::string(f->value);
       e.offset = f->offset;
+      // The value is the end of the frame: cut the header off in place, no copy.
+      const auto header = static_cast<std::size_t>(f->value.data() - stored->data());
+      const auto size = f->value.size();
+      stored->erase(0, header);
+      stored->resize(size);
+      e.value = std::move(*stored);
     }
     a.entries.push_back(std::move(e));
   }

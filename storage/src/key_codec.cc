@@ -20,9 +20,13 @@ uint32_t get_u32_be(std::string_view in) {
 std::string encode_data_key(int32_t partition, std::string_view key) {
   std::string out;
   out.reserve(4 + key.size());
+  append_data_key(out, partition, key);
+  return out;
+}
+
+void append_data_key(std::string& out, int32_t partition, std::string_view key) {
   put_u32_be(out, static_cast<uint32_t>(partition));
   out.append(key);
-  return out;
 }
 
 std::optional<decoded_key> decode_data_key(std::string_view encoded) {

@@ -212,10 +212,19 @@ class rocks_snapshot final : public snapshot {
 
   result<std::vector<std::optional<std::string>>> multi_get(
       view_id view, const std::vector<std::pair<int32_t, std::string>>& keys) const override {
-    std::vector<std::string> encoded;
-    encoded.reserve(keys.size());
-    for (const auto& [p, k] : keys) encoded.push_back(encode_data_key(p, k));
-    std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
+    // Every encoded key in one buffer: one allocation, not one per key.
+    std::string encoded;
+    std::size_t bytes = 0;
+    for (const auto& [p, k] : keys) bytes += 4 + k.size();
+    encoded.reserve(bytes);
+    for (const auto& [p, k] : keys) append_data_key(encoded, p, k);
+    std::vector<rocksdb::Slice> slices;
+    slices.reserve(keys.size());
+    std::size_t at = 0;
+    for (const auto& [p, k] : keys) {
+      slices.emplace_back(encoded.data() + at, 4 + k.size());
+      at += 4 + k.size();
+    }
     std::vector<rocksdb::PinnableSlice> values(keys.size());
     std::vector<rocksdb::Status> statuses(keys.size());
     a_.rdb->MultiGet(options(), a_.views->at(view), slices.size(), slices.data(), values.data(), statuses.data());

@@ -283,8 +283,8 @@ class engine {
   // (versioned stores), the value each key had then: a key without a version valid
   // then, or with a tombstone, is absent; fails history_unavailable when `as_of` is
   // before the history of one of the keys' partitions.
-  query_result<batch_answer> get_many(std::string_view store,
-                                      const std::vector<std::pair<int32_t, std::string>>& located,
+  // The keys move into the answer's entries.
+  query_result<batch_answer> get_many(std::string_view store, std::vector<std::pair<int32_t, std::string>> located,
                                       std::optional<int64_t> as_of = std::nullopt) const;
 
   // A range across every partition of the store, merged into one byte order. Needs

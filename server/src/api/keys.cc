@@ -2,6 +2,7 @@
 
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "api/handlers.h"
 #include "api/params.h"
@@ -421,7 +422,7 @@ part_result read_batch_part(const state& st, const call& c, const view_def& v, c
   std::vector<std::pair<int32_t, std::string>> located;
   located.reserve(keys.size());
   for (const auto& k : keys) located.emplace_back(k.partition, k.key);
-  auto res = st.ctx.queries->get_many(c.store, located, as_of);
+  auto res = st.ctx.queries->get_many(c.store, std::move(located), as_of);
   if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
   part_writer w(nlohmann::json{{"position", position_json(res.answer().pos)}});
   std::string entry;
@@ -497,7 +498,7 @@ http::response local_batch(const state& st, const call& c, const view_def& v, co
   std::vector<std::pair<int32_t, std::string>> located;
   located.reserve(keys.size());
   for (const auto& k : keys) located.emplace_back(k.partition, k.key);
-  auto res = st.ctx.queries->get_many(c.store, located, as_of);
+  auto res = st.ctx.queries->get_many(c.store, std::move(located), as_of);
   if (!res.ok()) return from_failure(res.failure(), res.message(), c.path());
   const auto& entries = res.answer().entries;  // in the order of `keys`
   return render_batch(st, c, v, keys, res.answer().pos, [&](std::size_t i, std::string& b, bool first) {
@@ -555,8 +556,9 @@ outcome batch_get(const state& st, const call& c) {
   // Each distinct key once, in the order of its first appearance: a key asked twice is
   // read and answered once.
   std::vector<batch_key> distinct;
-  distinct.reserve(keys.size());
-  std::unordered_map<std::string, std::size_t> seen;
+  distinct.reserve(keys.size());  // never reallocates: `seen` points into its keys
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(keys.size());
   std::map<int32_t, bool> partitions;
   std::optional<query::engine::key_locator> where_is;  // found for the first key, used for all
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -568,13 +570,14 @@ outcome batch_get(const state& st, const call& c) {
     else return problem(failure_reason::bad_body, "keys must be strings", c.path());
     auto d = decode_key(st, c, *fmt, key_text, "keys", i);
     if (!d.ok()) return std::move(d).error();
-    if (!seen.emplace(*d, distinct.size()).second) continue;
+    if (seen.count(*d)) continue;
     if (!where_is) where_is = st.ctx.queries->locator(c.store);
     if (!where_is)
       return problem(failure_reason::not_caught_up, "partition count of '" + v.topic + "' not known yet", c.path());
     const int32_t p = (*where_is)(*d);
     partitions[p] = true;
     distinct.push_back(batch_key{std::move(*d), std::move(key_text), p});
+    seen.insert(distinct.back().key);
   }
   std::vector<int32_t> parts;
   parts.reserve(partitions.size());
@@ -594,6 +597,10 @@ outcome batch_get(const state& st, const call& c) {
                         return r;
                       }};
   }
+  if (where->remote.empty()) {
+    return local_plan{bound_for(c, parts), true,
+                      [&st, c, v = &v, shared_keys, as_of] { return local_batch(st, c, *v, *shared_keys, as_of); }};
+  }
   gather_plan g;
   std::vector<batch_key> local_keys;
   std::map<std::string, std::vector<const batch_key*>> by_owner;
@@ -607,10 +614,6 @@ outcome batch_get(const state& st, const call& c) {
     for (const auto& [endpoint, ps] : where->remote)
       for (int32_t p : ps)
         if (p == k.partition) by_owner[endpoint].push_back(&k);
-  }
-  if (where->remote.empty()) {
-    return local_plan{bound_for(c, parts), true,
-                      [&st, c, v = &v, shared_keys, as_of] { return local_batch(st, c, *v, *shared_keys, as_of); }};
   }
   if (!local_keys.empty()) {
     g.local_bound = bound_for(c, where->local);

@@ -15,6 +15,8 @@
 namespace kstate::storage {
 
 std::string encode_data_key(int32_t partition, std::string_view key);
+// The same bytes appended to `out` (several keys in one buffer).
+void append_data_key(std::string& out, int32_t partition, std::string_view key);
 
 struct decoded_key {
   int32_t partition;
