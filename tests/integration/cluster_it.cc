@@ -13,13 +13,17 @@ using namespace kstate::testing;
 
 namespace {
 // Waits until /v1/cluster on `ks` reports a Stable group of `members` instances that
-// together own every partition, each instance ready.
+// together own every partition, each instance ready, and a lag for every partition (null
+// while the owner has not reported the partition's position and end yet).
 json wait_for_cluster(kstate_process& ks, size_t members, int partitions) {
   for (int i = 0; i < 600; ++i) {
     if (cluster_settled(ks.port(), members, partitions)) {
       auto a = http_client(ks.port()).get("/v1/cluster");
       REQUIRE(a);
-      return a->body_json();
+      auto body = a->body_json();
+      bool lags_known = true;
+      for (const auto& p : body["partitions"]) lags_known = lags_known && p["lag"].is_number();
+      if (lags_known) return body;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
