@@ -303,6 +303,8 @@ void delete_while_stopped(const std::string& scenario, const std::string& prefix
   load l(table_topic, count_topic, keys);
   l.start(1000);
   load_stopper stop_load{l};
+  // Answers are checked once the load stopped (check_answers).
+  std::vector<observation> seen;
   for (int run = 0; run < runs; ++run) {
     std::this_thread::sleep_for(std::chrono::seconds(long_run() ? 15 : 5));
     CHECK(ks.terminate() == 0);
@@ -315,10 +317,11 @@ void delete_while_stopped(const std::string& scenario, const std::string& prefix
     ks.wait_ready(std::chrono::seconds(300));
     std::this_thread::sleep_for(std::chrono::seconds(2));
     r.finish();
-    check_answers(r.seen, l.table_log, t);
+    seen.insert(seen.end(), r.seen.begin(), r.seen.end());
     CHECK(quarantined(state) == static_cast<size_t>(run + 1));
   }
   l.finish();
+  check_answers(seen, l.table_log, t);
   const auto total = static_cast<int64_t>(l.table_log.size());
   wait_caught_up(ks, total, l.accounts_total, std::chrono::seconds(300));
   const auto model = l.table_log.model();
