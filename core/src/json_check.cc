@@ -8,7 +8,6 @@
 
 #include "core/json_check.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -21,17 +20,18 @@ namespace {
 
 class checker {
  public:
-  checker(std::string_view s, int max_depth)
+  checker(std::string_view s, int max_depth, json_layout layout)
       : begin_(s.data()),
         p_(s.data()),
         end_(s.data() + s.size()),
-        max_depth_(max_depth < 0 ? 0 : static_cast<size_t>(max_depth)) {}
+        max_depth_(max_depth < 0 ? 0 : static_cast<size_t>(max_depth)),
+        compact_(layout == json_layout::compact) {}
 
   // Bytes from the start to where run() stopped.
   size_t consumed() const { return static_cast<size_t>(p_ - begin_); }
 
   json_verdict run() {
-    if (end_ - p_ >= 3 && std::memcmp(p_, "\xEF\xBB\xBF", 3) == 0) p_ += 3;
+    if (!compact_ && end_ - p_ >= 3 && std::memcmp(p_, "\xEF\xBB\xBF", 3) == 0) p_ += 3;
     for (;;) {
       // A value is expected.
       ws();
@@ -68,7 +68,7 @@ class checker {
         ws();
         // nlohmann's lexer takes a NUL byte for the end of the input, so whatever
         // follows one after a complete document is ignored.
-        if (stack_.empty()) return p_ == end_ || *p_ == '\0' ? json_verdict::ok : json_verdict::invalid;
+        if (stack_.empty()) return p_ == end_ || (!compact_ && *p_ == '\0') ? json_verdict::ok : json_verdict::invalid;
         if (p_ == end_) return json_verdict::invalid;
         char top = stack_.back();
         if (*p_ == ',') {
@@ -87,7 +87,10 @@ class checker {
   }
 
  private:
+  // Whitespace is skipped; in a compact text it is left, for the caller to refuse as an
+  // unexpected byte.
   void ws() {
+    if (compact_) return;
     while (p_ != end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
   }
 
@@ -181,47 +184,52 @@ class checker {
     } else if (!digits()) {
       return false;
     }
-    bool is_float = false;
+    // Digits before the point ('0' counts as one).
+    const size_t whole_digits = static_cast<size_t>(p_ - start) - (negative ? 1 : 0);
     if (p_ != end_ && *p_ == '.') {
       ++p_;
       if (!digits()) return false;
-      is_float = true;
     }
+    bool exponent = false;
     if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
       ++p_;
       if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
       if (!digits()) return false;
-      is_float = true;
+      exponent = true;
     }
-    size_t len = static_cast<size_t>(p_ - start);
-    // Integers of up to 18 digits fit 64 bits whatever their sign. Longer ones, and
-    // every fraction or exponent, are what nlohmann converts with strtoull/strtoll and
-    // then strtod; accept() refuses the number when the double is not finite.
-    if (!is_float && len - (negative ? 1 : 0) <= 18) return true;
-    std::string token(start, len);  // strto* need a terminated string
-    if (!is_float) {
-      errno = 0;
-      char* stop = nullptr;
-      if (negative) (void)std::strtoll(token.c_str(), &stop, 10);
-      else (void)std::strtoull(token.c_str(), &stop, 10);
-      if (errno == 0) return true;
+    // nlohmann converts an integer with strtoull/strtoll, and one out of 64-bit range
+    // and every fraction with strtod; accept() refuses the number when that double is
+    // not finite. Without an exponent and with at most 308 digits before the point, the
+    // number is below 10^308 < DBL_MAX: finite however it is converted.
+    if (!exponent && whole_digits <= 308) return true;
+    // strtod needs a terminated string.
+    const size_t len = static_cast<size_t>(p_ - start);
+    char small[64];
+    std::string large;
+    const char* token = small;
+    if (len < sizeof small) {
+      std::memcpy(small, start, len);
+      small[len] = '\0';
+    } else {
+      large.assign(start, len);
+      token = large.c_str();
     }
     char* stop = nullptr;
-    double d = std::strtod(token.c_str(), &stop);
-    return std::isfinite(d);
+    return std::isfinite(std::strtod(token, &stop));
   }
 
   const char* begin_;
   const char* p_;
   const char* end_;
   size_t max_depth_;
+  bool compact_;
   std::string stack_;  // '{' or '[' per open container; at most max_depth_ long
 };
 
 }  // namespace
 
-json_verdict check_json(std::string_view text, int max_depth) {
-  checker c(text, max_depth);
+json_verdict check_json(std::string_view text, int max_depth, json_layout layout) {
+  checker c(text, max_depth, layout);
   if (auto v = c.run(); v != json_verdict::ok) return v;
   // The bytes the document spans must be valid UTF-8 (only strings can hold non-ASCII
   // bytes; the structure check refuses them anywhere else). Bytes after a terminating

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "core/json_check.h"
 #include "core/utf8.h"
 #include "query/key_format.h"
 
@@ -18,150 +19,6 @@ void append_dumped(std::string& out, const nlohmann::ordered_json& j) {
 }
 
 void append_dumped(std::string& out, const json& j) { out += j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// A one-pass check that a document is compact JSON: the grammar of RFC 8259 with no
-// whitespace outside strings. It never allocates; anything it is not sure about is "not
-// compact" and the caller falls back to parse + dump.
-class compact_checker {
- public:
-  explicit compact_checker(std::string_view s) : s_(s) {}
-
-  bool check() { return value(0) && i_ == s_.size(); }
-
- private:
-  static constexpr int max_depth = 64;
-
-  bool value(int depth) {
-    if (i_ >= s_.size()) return false;
-    switch (s_[i_]) {
-      case '{': return object(depth + 1);
-      case '[': return array(depth + 1);
-      case '"': return string();
-      case 't': return literal("true");
-      case 'f': return literal("false");
-      case 'n': return literal("null");
-      default: return number();
-    }
-  }
-
-  bool literal(std::string_view word) {
-    if (s_.substr(i_, word.size()) != word) return false;
-    i_ += word.size();
-    return true;
-  }
-
-  bool digit() const { return i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9'; }
-
-  // One or more digits.
-  bool digits() {
-    if (!digit()) return false;
-    while (digit()) ++i_;
-    return true;
-  }
-
-  // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-  bool number() {
-    if (s_[i_] == '-') ++i_;
-    if (!digit()) return false;
-    if (s_[i_] == '0') ++i_;
-    else digits();
-    if (i_ < s_.size() && s_[i_] == '.') {
-      ++i_;
-      if (!digits()) return false;
-    }
-    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
-      ++i_;
-      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
-      if (!digits()) return false;
-    }
-    return true;
-  }
-
-  static bool hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-
-  bool string() {
-    ++i_;
-    for (;;) {
-      if (i_ >= s_.size()) return false;
-      auto c = static_cast<unsigned char>(s_[i_]);
-      if (c == '"') break;
-      if (c < 0x20) return false;
-      if (c == '\\') {
-        if (i_ + 1 >= s_.size()) return false;
-        switch (s_[i_ + 1]) {
-          case '"':
-          case '\\':
-          case '/':
-          case 'b':
-          case 'f':
-          case 'n':
-          case 'r':
-          case 't': i_ += 2; continue;
-          case 'u':
-            if (i_ + 6 > s_.size() || !hex(s_[i_ + 2]) || !hex(s_[i_ + 3]) || !hex(s_[i_ + 4]) || !hex(s_[i_ + 5]))
-              return false;
-            i_ += 6;
-            continue;
-          default: return false;
-        }
-      }
-      ++i_;
-    }
-    ++i_;  // closing quote
-    return true;
-  }
-
-  bool object(int depth) {
-    if (depth > max_depth) return false;
-    ++i_;
-    if (i_ < s_.size() && s_[i_] == '}') {
-      ++i_;
-      return true;
-    }
-    for (;;) {
-      if (i_ >= s_.size() || s_[i_] != '"') return false;
-      if (!string()) return false;
-      if (i_ >= s_.size() || s_[i_] != ':') return false;
-      ++i_;
-      if (!value(depth)) return false;
-      if (i_ >= s_.size()) return false;
-      if (s_[i_] == ',') {
-        ++i_;
-        continue;
-      }
-      if (s_[i_] == '}') {
-        ++i_;
-        return true;
-      }
-      return false;
-    }
-  }
-
-  bool array(int depth) {
-    if (depth > max_depth) return false;
-    ++i_;
-    if (i_ < s_.size() && s_[i_] == ']') {
-      ++i_;
-      return true;
-    }
-    for (;;) {
-      if (!value(depth)) return false;
-      if (i_ >= s_.size()) return false;
-      if (s_[i_] == ',') {
-        ++i_;
-        continue;
-      }
-      if (s_[i_] == ']') {
-        ++i_;
-        return true;
-      }
-      return false;
-    }
-  }
-
-  std::string_view s_;
-  size_t i_ = 0;
-};
 
 }  // namespace
 
@@ -197,8 +54,9 @@ void append_json_string(std::string& out, std::string_view s) {
 
 bool append_compact_json(std::string& out, std::string_view doc) {
   // Invalid UTF-8 is left to dump(), which replaces it: an answer is always valid JSON.
-  if (!valid_utf8(doc)) return false;
-  if (!compact_checker(doc).check()) return false;
+  // The depth bound is the largest a store can be configured with: checking is a loop,
+  // and a stored document is embedded without recursing into it.
+  if (check_json(doc, max_max_json_depth, json_layout::compact) != json_verdict::ok) return false;
   out.append(doc.data(), doc.size());
   return true;
 }

@@ -23,6 +23,16 @@ enum class json_verdict {
   too_deep,  // an array or object opens deeper than max_depth
 };
 
+// What may surround and separate the tokens of a document.
+enum class json_layout {
+  // Whitespace between tokens, a leading UTF-8 byte order mark, and anything after a NUL
+  // byte that follows the document: what nlohmann accepts.
+  any,
+  // None of these: the text is the document's tokens and nothing else, as producers
+  // write JSON and as kstate renders it (whitespace inside strings is part of a token).
+  compact,
+};
+
 // Checks `text` in one pass over its bytes, without recursion; it keeps one byte per
 // open container, so at most max_depth bytes, whatever the input.
 //
@@ -37,7 +47,10 @@ enum class json_verdict {
 // answered as soon as a container opens past max_depth, whatever follows it, so the
 // cost of refusing a deep document does not depend on its length.
 //
+// With json_layout::compact, a text that is valid with json_layout::any but has
+// whitespace outside strings, a byte order mark or bytes after the document is invalid.
+//
 // Thread safety: a pure function.
-json_verdict check_json(std::string_view text, int max_depth);
+json_verdict check_json(std::string_view text, int max_depth, json_layout layout = json_layout::any);
 
 }  // namespace kstate

@@ -26,9 +26,9 @@ namespace kstate::server {
 // A JSON string: `s` quoted and escaped as dump() escapes it.
 void append_json_string(std::string& out, std::string_view s);
 
-// Appends `doc` unchanged and returns true when it is one compact JSON document: RFC
-// 8259's grammar without whitespace outside strings, valid UTF-8, nested at most 64
-// deep. Otherwise appends nothing and returns false.
+// Appends `doc` unchanged and returns true when check_json() finds it valid and compact
+// (core/json_check.h), nested at most max_max_json_depth deep. Otherwise appends nothing
+// and returns false.
 bool append_compact_json(std::string& out, std::string_view doc);
 
 // A stored key or value as the API renders it: JSON embedded as JSON (as stored when
