@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_check.h"
+#include "json_model.h"
 
 using namespace kstate;
 
@@ -28,26 +29,6 @@ std::string objects(int depth, const std::string& inner = "1") {
   std::string s;
   for (int i = 0; i < depth; ++i) s += "{\"k\":";
   return s + inner + std::string(depth, '}');
-}
-
-// A model of json_layout::compact: accept() and none of what compact refuses, found
-// with a scan that only tracks whether it is inside a string.
-bool compact_reference(std::string_view s) {
-  if (!reference(s)) return false;
-  if (s.substr(0, 3) == "\xEF\xBB\xBF" || s.find('\0') != std::string_view::npos) return false;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-      return false;
-    }
-  }
-  return true;
 }
 
 // Fixed cases at the edges of the grammar, of numbers' range, of UTF-8 and of depth,
@@ -159,7 +140,8 @@ TEST_CASE("check_json accepts exactly what nlohmann's accept() accepts") {
 TEST_CASE("check_json with json_layout::compact: accept() without whitespace outside strings, BOM or NUL") {
   for (const auto& c : inputs()) {
     CAPTURE(c.substr(0, 200));
-    CHECK((check_json(c, max_max_json_depth, json_layout::compact) == json_verdict::ok) == compact_reference(c));
+    CHECK((check_json(c, max_max_json_depth, json_layout::compact) == json_verdict::ok) ==
+          testing::compact_json_model(c));
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "query/key_format.h"
 #include "server/json_render.h"
+#include "../core/json_model.h"
 
 using json = nlohmann::json;
 using namespace kstate;
@@ -18,24 +19,6 @@ using namespace kstate::server;
 namespace {
 
 std::string dumped(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// True when `doc` has a space, tab, CR or LF outside its strings (a model of "not
-// compact": it only tracks whether it is inside a string).
-bool whitespace_outside_strings(std::string_view doc) {
-  bool in_string = false;
-  for (size_t i = 0; i < doc.size(); ++i) {
-    const char c = doc[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-      return true;
-    }
-  }
-  return false;
-}
 
 bool valid_utf8_model(std::string_view s) {
   try {
@@ -46,15 +29,11 @@ bool valid_utf8_model(std::string_view s) {
   }
 }
 
-// A JSON document as the API should print it: its own bytes when nlohmann accepts it,
-// it is valid UTF-8, has no whitespace outside strings, no NUL and no byte-order mark;
-// else
-// nlohmann's compact print in member order.
+// A JSON document as the API should print it: its own bytes when it is compact
+// (tests/core/json_model.h) and valid UTF-8; else nlohmann's compact print in member
+// order.
 std::string expected_json(std::string_view doc) {
-  const bool bom = doc.size() >= 3 && doc.substr(0, 3) == "\xEF\xBB\xBF";
-  const bool nul = doc.find('\0') != std::string_view::npos;  // nlohmann reads it as the end
-  if (json::accept(doc) && valid_utf8_model(doc) && !whitespace_outside_strings(doc) && !bom && !nul)
-    return std::string(doc);
+  if (kstate::testing::compact_json_model(doc) && valid_utf8_model(doc)) return std::string(doc);
   return nlohmann::ordered_json::parse(doc.begin(), doc.end(), nullptr, false)
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
