@@ -436,7 +436,8 @@ inline int64_t produce_until_stalled(kstate_process& ks, const std::function<voi
   // Until a write fails: space RocksDB reserved earlier (its log's preallocation, a log
   // file open before) takes the first records.
   bool stalled = false;
-  for (int round = 1; round <= 20 && !stalled; ++round) {
+  int round = 1;
+  for (; round <= 20 && !stalled; ++round) {
     produce(round);
     for (int i = 0; i < 50 && !stalled; ++i) {
       stalled = ks.metric_sum("kstate_ingest_write_stalled") == 1;
@@ -444,6 +445,10 @@ inline int64_t produce_until_stalled(kstate_process& ks, const std::function<voi
     }
   }
   REQUIRE_MESSAGE(stalled, "no write failure reported; see " << ks.log_path());
+  // One more round, arriving while stalled. The write that failed first may have been
+  // another view's or a later one, after every record so far was applied; none of
+  // these may be applied until the directory takes writes again.
+  produce(round);
   // Counted since the instance last reopened its state (a reopen starts the metrics
   // again, as a restart does).
   CHECK(ks.metric_sum("kstate_ingest_write_failures_total") >= 1);
